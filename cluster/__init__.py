@@ -1,0 +1,1 @@
+"""Cluster helpers: Ray cluster configs, Slurm template, DeepSpeed hostfiles and MPI launch."""

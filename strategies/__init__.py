@@ -1,0 +1,1 @@
+"""Flower strategies (SDEA and robust baselines) and Byzantine attacks."""

@@ -1,0 +1,1 @@
+"""Pretraining: packing, small language models, OutEffHop attention, DeepSpeed runner."""

@@ -1,0 +1,1 @@
+"""Graphs, random-walk and gossip algorithms, and pairwise network-DP accountants."""
