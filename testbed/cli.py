@@ -1,0 +1,152 @@
+"""The ``testbed`` command line.
+
+    testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet]
+    testbed validate FILE... [--set KEY=VALUE ...]
+    testbed resume RUN_DIR [--quiet]
+    testbed report RUN_DIR
+    testbed list [workloads|strategies|attacks|topologies|scenarios]
+
+Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
+130 interrupted (the run folder can be resumed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from testbed.errors import UserError
+
+REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="testbed", description="Run distributed-ML scenarios from YAML files.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a scenario file and write a run folder with a report")
+    run.add_argument("file", help="scenario YAML file")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a scenario field, e.g. --set training.steps=50 (repeatable; type-checked)")
+    run.add_argument("--run-dir", type=Path, help="run folder to create (default runs/<name>-<timestamp>)")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    validate = sub.add_parser("validate", help="check scenario files fully without starting anything")
+    validate.add_argument("files", nargs="+", help="scenario YAML files")
+    validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                          help="override applied to every file before checking")
+
+    resume = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint")
+    resume.add_argument("run_dir", type=Path)
+    resume.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    report = sub.add_parser("report", help="re-render the report of a run folder")
+    report.add_argument("run_dir", type=Path)
+
+    listing = sub.add_parser("list", help="list registered workloads, strategies, attacks, topologies or scenarios")
+    listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from testbed.execute import start_run
+    from testbed.loading import load_scenario
+
+    scenario = load_scenario(args.file, args.overrides)
+    run = start_run(scenario, args.file, args.run_dir, args.quiet)
+    print(f"report: {run.report_dir / 'index.html'}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from testbed.execute import preflight
+    from testbed.loading import load_scenario
+
+    for file in args.files:
+        preflight(load_scenario(file, args.overrides), file)
+        print(f"{file}: ok")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from testbed.execute import resume_run
+
+    run = resume_run(args.run_dir, args.quiet)
+    print(f"report: {run.report_dir / 'index.html'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from testbed.report import render_report
+    from testbed.run import RunFolder
+
+    print(f"report: {render_report(RunFolder.open(args.run_dir))}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for name, summary in _listing(args.what):
+        print(f"{name:28s} {summary}".rstrip())
+    return 0
+
+
+def _listing(what: str) -> list[tuple[str, str]]:
+    if what == "scenarios":
+        folders = {REPO_SCENARIOS, Path("scenarios").resolve()}
+        files = sorted({f for d in folders if d.is_dir() for f in d.rglob("*.yaml")})
+        return [(_display_path(f), _scenario_title(f)) for f in files]
+    module, attribute = {"workloads": ("testbed.workloads", "WORKLOADS"), "strategies": ("strategies", "AGGREGATORS"),
+                         "attacks": ("strategies", "ATTACKS"), "topologies": ("topologies", "GRAPH_BUILDERS")}[what]
+    registry = getattr(importlib.import_module(module), attribute, {})
+    return [(name, _first_line(entry)) for name, entry in sorted(registry.items())]
+
+
+def _display_path(path: Path) -> str:
+    cwd = Path.cwd()
+    return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+
+def _scenario_title(path: Path) -> str:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return "(invalid YAML)"
+    return f"[{data.get('kind', '?')}] {data.get('description', '')}" if isinstance(data, dict) else ""
+
+
+def _first_line(entry: object) -> str:
+    text = getattr(entry, "summary", "") or (getattr(entry, "__doc__", "") or "")
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run, "validate": cmd_validate, "resume": cmd_resume, "report": cmd_report, "list": cmd_list,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``testbed`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: 'testbed resume RUN_DIR' continues from the last checkpoint", file=sys.stderr)
+        return 130
+    except Exception:  # a bug in the testbed, not the user's fault: show everything
+        traceback.print_exc()
+        print("internal error: please report it with the traceback above", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

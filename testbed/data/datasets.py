@@ -1,0 +1,70 @@
+"""Real small datasets that ship inside scikit-learn, so runs need no network.
+
+Each loader returns a `Dataset` of float32 features and int64 labels. Image sets keep their shape
+(``digits`` is 1x8x8, scaled to [0, 1]); tabular sets are standardised with the training split's
+statistics inside `train_test_split`, never the test split's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from sklearn import datasets as sk_datasets
+from sklearn.model_selection import train_test_split as sk_split
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Features, labels and the facts a model needs to be built for them."""
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    image_shape: tuple[int, ...] | None  # (channels, height, width) for image data, else None
+
+    @property
+    def num_features(self) -> int:
+        return int(np.prod(self.x.shape[1:]))
+
+
+def _digits() -> Dataset:
+    bunch = sk_datasets.load_digits()
+    x = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
+    return Dataset("digits", x, bunch.target.astype(np.int64), 10, (1, 8, 8))
+
+
+def _tabular(name: str, loader: Callable) -> Callable[[], Dataset]:
+    def load() -> Dataset:
+        bunch = loader()
+        y = bunch.target.astype(np.int64)
+        return Dataset(name, bunch.data.astype(np.float32), y, int(y.max()) + 1, None)
+
+    return load
+
+
+DATASETS: dict[str, Callable[[], Dataset]] = {
+    "digits": _digits,
+    "wine": _tabular("wine", sk_datasets.load_wine),
+    "breast_cancer": _tabular("breast_cancer", sk_datasets.load_breast_cancer),
+    "iris": _tabular("iris", sk_datasets.load_iris),
+}
+
+
+def load_dataset(name: str) -> Dataset:
+    """Load a registered dataset by name."""
+    return DATASETS[name]()
+
+
+def train_test_split(data: Dataset, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
+    """A stratified split; tabular features are standardised with the training statistics."""
+    index = np.arange(len(data.y))
+    train_idx, test_idx = sk_split(index, test_size=test_fraction, random_state=seed, stratify=data.y)
+    x_train, x_test = data.x[train_idx], data.x[test_idx]
+    if data.image_shape is None:
+        mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-8
+        x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+    part = lambda x, idx: Dataset(data.name, x.astype(np.float32), data.y[idx], data.num_classes, data.image_shape)  # noqa: E731
+    return part(x_train, train_idx), part(x_test, test_idx)

@@ -1,0 +1,83 @@
+"""The engine interface, the in-process engine, and the choice of engine for a scenario.
+
+An engine runs plain Python functions on workers and returns their results in order
+(`Engine.map`). Functions and their arguments must be picklable and must not depend on the
+process they run in, which is what makes the same scenario give the same numbers on any engine.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Sequence
+
+from testbed.errors import UserError
+from testbed.scenario import EngineConfig
+
+
+class Engine(ABC):
+    """Places work on workers. Use as a context manager: started on enter, shut down on exit."""
+
+    name: str = "engine"
+
+    def __enter__(self) -> "Engine":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()
+
+    def start(self) -> None:
+        """Acquire workers (start or join Ray, ...)."""
+
+    def shutdown(self) -> None:
+        """Release what `start` acquired."""
+
+    @abstractmethod
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
+        """Run ``fn(*args)`` for each tuple, in parallel where the engine can; results in order."""
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one call of ``fn`` on a worker."""
+        return self.map(fn, [args])[0]
+
+    def describe(self) -> dict[str, Any]:
+        """What the engine ran on, for summary.json."""
+        return {"type": self.name}
+
+    @property
+    def ray_address(self) -> str | None:
+        """The Ray cluster this engine uses, for components that drive Ray themselves (Flower)."""
+        return None
+
+
+class InProcessEngine(Engine):
+    """Runs every call in this process, one after another: no Ray, nothing to start."""
+
+    name = "inprocess"
+
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
+        return [fn(*args) for args in arg_tuples]
+
+
+def make_engine(config: EngineConfig, parallel_tasks: int, quiet: bool = False) -> Engine:
+    """The engine a scenario's ``engine:`` block asks for.
+
+    ``local`` with ``use_ray: auto`` starts Ray in-process only when the run has more than one
+    task to run at once; a single training loop gains nothing from Ray's start-up cost.
+    """
+    from testbed.engines.ray_engine import LocalRayEngine, RayClusterEngine
+
+    if config.type == "local":
+        wants_ray = config.use_ray == "always" or (config.use_ray == "auto" and parallel_tasks > 1)
+        return LocalRayEngine(config.num_cpus, quiet) if wants_ray else InProcessEngine()
+    if config.type == "ray":
+        return RayClusterEngine(config.address, config.num_cpus_per_task, quiet)
+    raise UserError(f"engine.type: '{config.type}' runs only under its launcher and is not available for this kind yet")
+
+
+def preflight_engine(config: EngineConfig, source: str) -> None:
+    """Check, without starting anything, that the engine can be reached."""
+    if config.type == "ray":
+        from testbed.engines.ray_engine import check_ray_address
+
+        check_ray_address(config.address, source)

@@ -1,0 +1,104 @@
+"""Start, resume and validate runs: the glue between a scenario, its run folder, engine and runner."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from testbed.engines import make_engine, preflight_engine
+from testbed.errors import ScenarioError, UserError
+from testbed.faults import maybe_kill
+from testbed.loading import validate_raw
+from testbed.progress import ProgressReporter, progress_enabled
+from testbed.report import render_report
+from testbed.run import RunFolder
+from testbed.runners import RUNNERS, RunContext
+from testbed.scenario import Scenario
+from testbed.tracking import check_trackers, open_trackers
+
+VERSIONED_PACKAGES = ("testbed", "torch", "numpy", "ray", "flwr", "deepspeed", "opacus", "networkx")
+
+
+def preflight(scenario: Scenario, source: str) -> None:
+    """Everything a run needs that can be checked without starting workers."""
+    if scenario.kind not in RUNNERS:
+        raise ScenarioError(f"{source}: kind: '{scenario.kind}' has no runner in this version; "
+                            f"available: {', '.join(sorted(RUNNERS))}")
+    RUNNERS[scenario.kind].check(scenario, source)
+    if scenario.engine.type in ("deepspeed", "mpi"):
+        raise ScenarioError(f"{source}: engine.type: '{scenario.engine.type}' does not run kind "
+                            f"'{scenario.kind}'; use local or ray")
+    check_trackers(list(scenario.report.trackers), source)
+    preflight_engine(scenario.engine, source)
+
+
+def default_run_dir(scenario: Scenario) -> Path:
+    return Path("runs") / f"{scenario.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quiet: bool = False) -> RunFolder:
+    """Validate, create the run folder and run the scenario to the end."""
+    preflight(scenario, source)
+    run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"))
+    try:
+        _execute(scenario, run, quiet)
+    except UserError:
+        if run.latest_checkpoint() is None:  # nothing worth keeping: leave no half-written folder
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    return run
+
+
+def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
+    """Continue an interrupted run from its newest checkpoint."""
+    run = RunFolder.open(run_dir)
+    if run.completed:
+        raise UserError(f"{run.path}: run already completed; 'testbed report {run.path}' re-renders its report")
+    scenario = validate_raw(run.read_config(), source=str(run.config_path))
+    preflight(scenario, str(run.config_path))
+    run.rewind_to_checkpoint()
+    _execute(scenario, run, quiet)
+    return run
+
+
+def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
+    runner = RUNNERS[scenario.kind]
+    trackers = open_trackers(list(scenario.report.trackers), run, scenario.name)
+
+    def log_metrics(record: dict[str, Any]) -> None:
+        run.append_metrics(record)
+        for tracker in trackers:
+            tracker.log(record)
+        maybe_kill(run.metrics_count)
+
+    started = time.perf_counter()
+    try:
+        with make_engine(scenario.engine, runner.parallel_tasks(scenario), quiet) as engine:
+            ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics)
+            final = runner.run(ctx)
+            engine_info = engine.describe()
+    finally:
+        for tracker in trackers:
+            tracker.close()
+    run.write_summary({
+        "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
+        "final_metrics": final, "engine": engine_info,
+        "timings": {"wall_s": round(time.perf_counter() - started, 3)},
+        "versions": _versions(),
+    })
+    render_report(run)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions

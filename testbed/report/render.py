@@ -1,0 +1,63 @@
+"""Assemble a run's report: ``report/index.html`` with its PNG plots beside it."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.report.sections import SECTIONS, ConfigSection
+from testbed.run import RunFolder
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
+h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
+th{background:#f3f3f3} .grid{display:flex;flex-wrap:wrap;gap:.5rem} figure{margin:0}
+img{max-width:100%} pre{background:#f7f7f7;padding:.7rem;overflow-x:auto}
+"""
+
+
+@dataclass
+class RunData:
+    """What a report is made from: the run folder's config, metrics and summary."""
+
+    path: Path
+    config: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+
+    @classmethod
+    def load(cls, run: RunFolder) -> "RunData":
+        return cls(run.path, run.read_config(), run.read_metrics(), run.read_summary())
+
+
+def render_report(run: RunFolder) -> Path:
+    """(Re-)render the report of a run folder; returns the path of index.html.
+
+    The page is built in a temporary folder and swapped in whole, so a failure never leaves a
+    report that mixes old and new plots.
+    """
+    data = RunData.load(run)
+    kind = data.config.get("report", {}).get("kind", "training")
+    staging = Path(tempfile.mkdtemp(dir=run.path, prefix=".report-"))
+    try:
+        parts = [_section(s, data, staging) for s in SECTIONS.get(kind, SECTIONS["training"]) + [ConfigSection()]]
+        title = html.escape(f"{data.config.get('name', run.path.name)}: {kind} report")
+        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+                f"<style>{STYLE}</style></head><body><h1>{title}</h1>{''.join(parts)}</body></html>")
+        (staging / "index.html").write_text(page)
+        if run.report_dir.exists():
+            shutil.rmtree(run.report_dir)
+        staging.rename(run.report_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return run.report_dir / "index.html"
+
+
+def _section(section: Any, data: RunData, out_dir: Path) -> str:
+    return f"<section><h2>{html.escape(section.title)}</h2>{section.render(data, out_dir)}</section>"

@@ -1,0 +1,68 @@
+"""``kind: workload``: train one workload centrally, checkpointing every ``checkpoint_every`` steps.
+
+The training runs in chunks between checkpoints. Each chunk is one engine call that takes the
+previous state and returns the new one with its metrics records, so the driver alone writes the
+run folder and a chunk computes the same numbers on whichever worker or node the engine picks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.determinism import single_threaded
+from testbed.loading import workload_config
+from testbed.runners.base import Runner, RunContext, register
+from testbed.scenario import Scenario
+from testbed.seeding import SeedTree
+from testbed.workloads import WORKLOADS, Workload
+
+
+def build_workload(scenario: Scenario) -> Workload:
+    """The scenario's workload, freshly initialised from the root seed."""
+    cls = WORKLOADS[scenario.workload.name]
+    return cls(workload_config(scenario), scenario.data, SeedTree(scenario.seed).child("workload"))
+
+
+def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) -> tuple[dict, list[dict]]:
+    """Train steps ``start..stop`` from ``state``; evaluate at every ``eval_every`` boundary and at the end."""
+    scenario = Scenario.model_validate(scenario_data)
+    loop = scenario.training
+    with single_threaded():
+        workload = build_workload(scenario)
+        if state is not None:
+            workload.load_state_dict(state)
+        records: list[dict[str, Any]] = []
+        step = start
+        while step < stop:
+            next_eval = (step // loop.eval_every + 1) * loop.eval_every
+            span = min(next_eval, stop) - step
+            record: dict[str, Any] = {"step": step + span, **workload.train(span)}
+            step += span
+            if step % loop.eval_every == 0 or step == loop.steps:
+                record.update(workload.evaluate())
+            records.append(record)
+        return workload.state_dict(), records
+
+
+@register
+class WorkloadRunner(Runner):
+    """Central training of a single workload."""
+
+    kind = "workload"
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        loop = ctx.scenario.training
+        checkpoint = ctx.run.latest_checkpoint()
+        state, step = (checkpoint["state"], checkpoint["step"]) if checkpoint else (None, 0)
+        scenario_data = ctx.scenario.model_dump(mode="json")
+        with ctx.progress.task("training", total=loop.steps, completed=step) as advance:
+            while step < loop.steps:
+                stop = min((step // loop.checkpoint_every + 1) * loop.checkpoint_every, loop.steps)
+                state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
+                for record in records:
+                    ctx.log_metrics(record)
+                ctx.run.save_checkpoint(stop, {"state": state})
+                advance(stop - step)
+                step = stop
+        evaluated = [r for r in ctx.run.read_metrics() if any(k.startswith("test_") for k in r)]
+        return {k: v for k, v in evaluated[-1].items() if k != "step"} if evaluated else {}

@@ -1,0 +1,119 @@
+"""The typed scenario schema: what a YAML scenario file may contain.
+
+Every model rejects unknown keys and is frozen once validated. Sections that name a plugin (the
+workload, later strategies and attacks) keep their plugin-specific keys as extras here; the
+loader validates those against the plugin's own config model (see `testbed.loading`), so a typo
+inside a plugin's block is reported with its full path just like any other key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+KINDS = ("workload", "federated", "decentralized", "pretrain")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class StrictModel(BaseModel):
+    """Base of every config block: unknown keys are errors, values are frozen after validation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class LocalEngineConfig(StrictModel):
+    """Run on this machine. Ray is started in-process when the run has parallel work."""
+
+    type: Literal["local"] = "local"
+    num_cpus: int | None = Field(None, gt=0, description="CPUs given to Ray; default: all")
+    use_ray: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: start Ray only when the run has work to spread over processes"
+    )
+
+
+class RayEngineConfig(StrictModel):
+    """Join an existing Ray cluster (``ray start --head`` or ``ray up``) by address."""
+
+    type: Literal["ray"]
+    address: str = Field("auto", min_length=1, description="'auto', 'host:port' or 'ray://host:10001'")
+    num_cpus_per_task: float = Field(1.0, gt=0)
+
+
+class DeepSpeedEngineConfig(StrictModel):
+    """Run under the ``deepspeed`` launcher (N local processes, or a hostfile of nodes)."""
+
+    type: Literal["deepspeed"]
+    num_procs: int = Field(2, gt=0)
+    hostfile: str | None = None
+
+
+class MpiEngineConfig(StrictModel):
+    """Run as ``mpiexec -n N`` ranks over mpi4py."""
+
+    type: Literal["mpi"]
+    num_procs: int = Field(2, gt=0)
+    hosts: list[str] = Field(default_factory=list)
+
+
+EngineConfig = Annotated[
+    Union[LocalEngineConfig, RayEngineConfig, DeepSpeedEngineConfig, MpiEngineConfig],
+    Field(discriminator="type"),
+]
+
+
+class DataConfig(StrictModel):
+    """Which dataset a run uses and how it is split into train and test."""
+
+    dataset: str = "digits"
+    test_fraction: float = Field(0.25, gt=0, lt=1)
+
+
+class PluginSpec(BaseModel):
+    """A block that names a registered plugin; the other keys are that plugin's own config."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(min_length=1)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The plugin-specific keys, validated by the plugin's own config model."""
+        return dict(self.model_extra or {})
+
+
+class TrainingConfig(StrictModel):
+    """The loop of a centrally trained workload (``kind: workload``)."""
+
+    steps: int = Field(200, gt=0)
+    eval_every: int = Field(20, gt=0)
+    checkpoint_every: int = Field(50, gt=0)
+
+
+class ReportConfig(StrictModel):
+    """What the run's report shows and which experiment trackers receive its metrics."""
+
+    kind: Literal["training", "robustness", "privacy", "pretraining"] = "training"
+    trackers: list[Literal["tensorboard", "mlflow"]] = Field(default_factory=list)
+
+
+class Scenario(StrictModel):
+    """A whole scenario file: one run of one kind, with one root seed."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    kind: Literal["workload", "federated", "decentralized", "pretrain"]
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    engine: EngineConfig = Field(default_factory=LocalEngineConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    workload: PluginSpec
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine_defaults_to_local(cls, value: Any) -> Any:
+        # `engine: {num_cpus: 2}` is the common case; make `type: local` implicit.
+        if isinstance(value, dict) and "type" not in value:
+            return {"type": "local", **value}
+        return value

@@ -1,0 +1,66 @@
+"""The workload interface and its registry.
+
+A workload is the unit a scenario trains: it builds itself from its own typed config, the data
+config and a `SeedTree`, trains for N steps, evaluates with its own metrics, and saves and
+restores its whole state (model, optimizer, RNG, data cursor) so a run can resume exactly.
+Federated and decentralized runners reuse its model and training functions on client data.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+from testbed.scenario import DataConfig, StrictModel
+from testbed.seeding import SeedTree
+
+WORKLOADS: dict[str, type["Workload"]] = {}
+
+
+def register(cls: type["Workload"]) -> type["Workload"]:
+    """Class decorator adding a workload to `WORKLOADS` under its ``name``."""
+    if cls.name in WORKLOADS:
+        raise RuntimeError(f"workload '{cls.name}' registered twice")
+    WORKLOADS[cls.name] = cls
+    return cls
+
+
+class Workload(ABC):
+    """Base class of every scenario workload."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[StrictModel]]
+    summary: ClassVar[str] = ""
+    # The metric that says how good a run is, and whether higher is better.
+    headline_metric: ClassVar[tuple[str, str]] = ("loss", "min")
+
+    def __init__(self, config: StrictModel, data: DataConfig, seeds: SeedTree):
+        self.config = config
+        self.data_config = data
+        self.seeds = seeds
+
+    @classmethod
+    def check(cls, config: StrictModel, data: DataConfig) -> None:
+        """Reject config/data combinations that cannot work; raise `ScenarioError`."""
+
+    @abstractmethod
+    def train(self, steps: int) -> dict[str, float]:
+        """Train for ``steps`` optimisation steps; return training metrics averaged over them."""
+
+    @abstractmethod
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate on held-out data with the workload's own metrics."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training bit-for-bit."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state returned by `state_dict`."""
+
+    @abstractmethod
+    def build_model(self) -> torch.nn.Module:
+        """A freshly initialised model, for runners that train it elsewhere (e.g. FL clients)."""

@@ -1,0 +1,157 @@
+"""A small classifier on a bundled dataset: the testbed's first workload and the FL client model.
+
+``arch: cnn`` is a two-block convolutional network with batch norm for image data (scikit-learn's
+8x8 digits); ``arch: mlp`` a one-hidden-layer network for any dataset. The training and
+evaluation functions are public so that federated clients train the same model the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from testbed.data import Dataset, load_dataset, train_test_split
+from testbed.errors import ScenarioError
+from testbed.scenario import DataConfig, StrictModel
+from testbed.seeding import SeedTree
+from testbed.workloads.base import Workload, register
+
+
+class ClassifierConfig(StrictModel):
+    """Architecture and optimiser of the classifier."""
+
+    arch: Literal["cnn", "mlp"] = "cnn"
+    hidden: int = Field(64, gt=0)
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(1e-5, ge=0)
+    batch_size: int = Field(32, gt=0)
+
+
+def build_classifier(config: ClassifierConfig, data: Dataset) -> nn.Module:
+    """The network for ``data``; parameters are drawn from torch's global RNG (seed it first)."""
+    if config.arch == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(data.num_features, config.hidden), nn.ReLU(),
+            nn.Linear(config.hidden, data.num_classes),
+        )
+    channels, height, width = data.image_shape
+    return nn.Sequential(
+        nn.Conv2d(channels, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * (height // 2) * (width // 2), config.hidden), nn.ReLU(),
+        nn.Linear(config.hidden, data.num_classes),
+    )
+
+
+def make_optimizer(model: nn.Module, config: ClassifierConfig) -> torch.optim.Optimizer:
+    """SGD with momentum, as in the FL papers this testbed hosts."""
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay)
+
+
+def evaluate_model(model: nn.Module, data: Dataset, batch_size: int = 512) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of ``model`` on ``data``."""
+    model.eval()
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(y), batch_size):
+            logits = model(x[start : start + batch_size])
+            target = y[start : start + batch_size]
+            loss_sum += nn.functional.cross_entropy(logits, target, reduction="sum").item()
+            correct += int((logits.argmax(dim=1) == target).sum())
+    return {"accuracy": correct / len(y), "loss": loss_sum / len(y)}
+
+
+class BatchStream:
+    """Shuffled mini-batches, epoch after epoch, whose position is part of the saved state."""
+
+    def __init__(self, num_items: int, batch_size: int, generator: torch.Generator):
+        self.num_items, self.batch_size, self.generator = num_items, batch_size, generator
+        self.order = torch.randperm(num_items, generator=generator)
+        self.cursor = 0
+
+    def next(self) -> torch.Tensor:
+        if self.cursor + self.batch_size > self.num_items:
+            self.order = torch.randperm(self.num_items, generator=self.generator)
+            self.cursor = 0
+        batch = self.order[self.cursor : self.cursor + self.batch_size]
+        self.cursor += self.batch_size
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"order": self.order.clone(), "cursor": self.cursor, "rng": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order, self.cursor = state["order"].clone(), state["cursor"]
+        self.generator.set_state(state["rng"])
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, data: Dataset,
+                stream: BatchStream, steps: int) -> float:
+    """Take ``steps`` SGD steps on batches from ``stream``; return the mean training loss."""
+    model.train()
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    total = 0.0
+    for _ in range(steps):
+        batch = stream.next()
+        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += loss.item()
+    return total / steps
+
+
+@register
+class Classifier(Workload):
+    """Supervised classification of a bundled dataset (digits by default)."""
+
+    name = "classifier"
+    Config = ClassifierConfig
+    summary = "small CNN/MLP classifier on a bundled scikit-learn dataset (digits, wine, ...)"
+    headline_metric = ("test_accuracy", "max")
+
+    @classmethod
+    def check(cls, config: ClassifierConfig, data: DataConfig) -> None:
+        if config.arch == "cnn" and load_dataset(data.dataset).image_shape is None:
+            raise ScenarioError(
+                f"workload.arch: 'cnn' needs image data but data.dataset '{data.dataset}' is tabular; use arch: mlp"
+            )
+
+    def __init__(self, config: ClassifierConfig, data: DataConfig, seeds: SeedTree):
+        super().__init__(config, data, seeds)
+        full = load_dataset(data.dataset)
+        self.train_set, self.test_set = train_test_split(full, data.test_fraction, seeds.integer("data.split"))
+        torch.manual_seed(seeds.integer("model.init"))
+        self.model = build_classifier(config, full)
+        self.optimizer = make_optimizer(self.model, config)
+        self.stream = BatchStream(len(self.train_set.y), min(config.batch_size, len(self.train_set.y)),
+                                  seeds.torch("data.batches"))
+        self.steps_done = 0
+
+    def build_model(self) -> nn.Module:
+        return build_classifier(self.config, self.train_set)
+
+    def train(self, steps: int) -> dict[str, float]:
+        loss = train_steps(self.model, self.optimizer, self.train_set, self.stream, steps)
+        self.steps_done += steps
+        return {"train_loss": loss}
+
+    def evaluate(self) -> dict[str, float]:
+        return {f"test_{k}": v for k, v in evaluate_model(self.model, self.test_set).items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stream": self.stream.state_dict(), "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.stream.load_state_dict(state["stream"])
+        self.steps_done = state["steps_done"]
+
