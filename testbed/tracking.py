@@ -57,8 +57,15 @@ class TensorBoardTracker(Tracker):
         self.writer.close()
 
 
+def mlflow_uri(run: RunFolder) -> str:
+    """The tracking URI of a run's MLflow store."""
+    return f"sqlite:///{(run.path / 'mlruns' / 'mlflow.db').resolve()}"
+
+
 class MlflowTracker(Tracker):
-    """Logs to an MLflow file store under ``<run>/mlruns``; a resumed run continues the same MLflow run."""
+    """Logs to a local MLflow store, ``<run>/mlruns/mlflow.db`` (SQLite: MLflow 3 retired its plain-file
+    store); a resumed run continues the same MLflow run. Browse with
+    ``mlflow ui --backend-store-uri sqlite:///<run>/mlruns/mlflow.db``."""
 
     def __init__(self, run: RunFolder, run_name: str):
         super().__init__(run, run_name)
@@ -66,13 +73,14 @@ class MlflowTracker(Tracker):
 
         store = run.path / "mlruns"
         store.mkdir(exist_ok=True)
-        self.client = MlflowClient(tracking_uri=store.resolve().as_uri())
+        self.client = MlflowClient(tracking_uri=mlflow_uri(run))
         id_file = store / "testbed_run_id"
         if id_file.is_file():
             self.run_id = id_file.read_text().strip()
         else:
             experiment = self.client.get_experiment_by_name("testbed")
-            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment("testbed")
+            experiment_id = (experiment.experiment_id if experiment else
+                             self.client.create_experiment("testbed", artifact_location=(store / "artifacts").as_uri()))
             self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
             id_file.write_text(self.run_id)
 

@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 PAD_DOCUMENT_ID = -1
-# concat and pad read the stream in blocks of this many documents (their output does not depend
-# on it: they never look across documents, only vectorize within a block).
+# concat and pad read the stream in blocks of this many documents. Their output does not depend
+# on it (concat carries its open sequence across blocks); it only bounds memory per step.
 STREAM_BLOCK_SIZE = 65_536
 BIN_PACKERS: dict[str, Callable[[np.ndarray, int], Bins]] = {
     "best_fit": best_fit_pack,

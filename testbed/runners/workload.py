@@ -24,24 +24,33 @@ def build_workload(scenario: Scenario) -> Workload:
 
 
 def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) -> tuple[dict, list[dict]]:
-    """Train steps ``start..stop`` from ``state``; evaluate at every ``eval_every`` boundary and at the end."""
+    """Train steps ``start..stop`` from ``state``; emit a record at every ``eval_every`` boundary and at the end.
+
+    Training metrics are averaged over the steps since the previous record, carried across
+    chunks in the state, so records do not depend on where checkpoints fall.
+    """
     scenario = Scenario.model_validate(scenario_data)
     loop = scenario.training
     with single_threaded():
         workload = build_workload(scenario)
+        pending: dict[str, float] = {}
+        pending_steps = 0
         if state is not None:
-            workload.load_state_dict(state)
+            workload.load_state_dict(state["workload"])
+            pending, pending_steps = dict(state["pending"]), state["pending_steps"]
         records: list[dict[str, Any]] = []
         step = start
         while step < stop:
-            next_eval = (step // loop.eval_every + 1) * loop.eval_every
-            span = min(next_eval, stop) - step
-            record: dict[str, Any] = {"step": step + span, **workload.train(span)}
+            span = min((step // loop.eval_every + 1) * loop.eval_every, stop) - step
+            for key, value in workload.train(span).items():
+                pending[key] = pending.get(key, 0.0) + value * span
+            pending_steps += span
             step += span
             if step % loop.eval_every == 0 or step == loop.steps:
-                record.update(workload.evaluate())
-            records.append(record)
-        return workload.state_dict(), records
+                means = {key: total / pending_steps for key, total in pending.items()}
+                records.append({"step": step, **means, **workload.evaluate()})
+                pending, pending_steps = {}, 0
+        return {"workload": workload.state_dict(), "pending": pending, "pending_steps": pending_steps}, records
 
 
 @register

@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny scenario files and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.cli import main
+
+# Progress bars off and no accidental cluster from the environment.
+os.environ.setdefault("CI", "1")
+
+TINY_SCENARIO = {
+    "name": "tiny",
+    "kind": "workload",
+    "seed": 3,
+    "engine": {"type": "local"},
+    "data": {"dataset": "digits", "test_fraction": 0.25},
+    "workload": {"name": "classifier", "arch": "cnn", "hidden": 16, "batch_size": 32},
+    "training": {"steps": 24, "eval_every": 4, "checkpoint_every": 10},
+}
+
+
+@pytest.fixture
+def write_scenario(tmp_path: Path):
+    """Write a scenario mapping (default: the tiny one, updated by ``changes``) to a YAML file."""
+
+    def write(changes: dict | None = None, name: str = "scenario.yaml", text: str | None = None) -> Path:
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+            return path
+        data = {**TINY_SCENARIO, **(changes or {})}
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+requires_chromium = pytest.mark.skipif(shutil.which("chromium") is None,
+                                       reason="headless Chromium (Debian package 'chromium') is not installed")

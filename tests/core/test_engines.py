@@ -1,0 +1,85 @@
+"""Engines: the same scenario gives the same numbers in-process, on local Ray and on a 3-node cluster."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from testbed.engines import InProcessEngine, make_engine
+from testbed.engines.ray_engine import check_ray_address
+from testbed.errors import UserError
+from testbed.scenario import LocalEngineConfig, RayEngineConfig
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_inprocess_engine_maps_in_order():
+    with InProcessEngine() as engine:
+        assert engine.map(_square, [(3,), (1,), (2,)]) == [9, 1, 4]
+        assert engine.call(_square, 5) == 25
+
+
+def test_local_engine_uses_ray_only_when_there_is_parallel_work():
+    assert isinstance(make_engine(LocalEngineConfig(), parallel_tasks=1), InProcessEngine)
+    assert make_engine(LocalEngineConfig(), parallel_tasks=4).name == "local"
+    assert make_engine(LocalEngineConfig(use_ray="always"), parallel_tasks=1).name == "local"
+    assert isinstance(make_engine(LocalEngineConfig(use_ray="never"), parallel_tasks=8), InProcessEngine)
+
+
+def test_ray_address_check_fails_fast_for_a_silent_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UserError, match="no Ray cluster answers"):
+        check_ray_address(f"127.0.0.1:{port}", "s.yaml", timeout_s=0.5)
+
+
+@pytest.fixture(scope="module")
+def three_node_cluster():
+    """A Ray cluster of a head and two worker nodes emulated on this machine."""
+    ray_utils = pytest.importorskip("ray.cluster_utils")
+    cluster = ray_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
+
+
+def test_ray_engine_on_three_nodes_matches_local(cli, write_scenario, tmp_path, three_node_cluster):
+    path = write_scenario()
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "local", "--quiet")
+    assert code == 0, err
+
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
+                       "--set", "engine.type=ray", "--set", f"engine.address={three_node_cluster.address}")
+
+    assert code == 0, err
+    local = json.loads((tmp_path / "local" / "summary.json").read_text())
+    remote = json.loads((tmp_path / "cluster" / "summary.json").read_text())
+    assert remote["engine"]["nodes"] == 3
+    assert remote["final_metrics"] == local["final_metrics"]
+    assert (tmp_path / "cluster" / "metrics.jsonl").read_text() == (tmp_path / "local" / "metrics.jsonl").read_text()
+
+
+def test_ray_engine_spreads_tasks_over_the_nodes(three_node_cluster):
+    import ray
+
+    with make_engine(RayEngineConfig(type="ray", address=three_node_cluster.address), parallel_tasks=3) as engine:
+        nodes = engine.map(_node_of_task, [(0.5,)] * 6)
+        assert engine.describe()["nodes"] == 3
+    assert len(set(nodes)) >= 2
+    assert not ray.is_initialized()
+
+
+def _node_of_task(sleep_s: float) -> str:
+    import time
+
+    import ray
+
+    time.sleep(sleep_s)
+    return ray.get_runtime_context().get_node_id()

@@ -1,0 +1,67 @@
+"""Reports: rendered from a run folder, checked in a real headless browser, and trackers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from tests.conftest import requires_chromium
+
+PROBE = """
+<script>
+window.addEventListener('load', () => {
+  const images = [...document.images];
+  const broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src'));
+  document.body.setAttribute('data-images', images.length);
+  document.body.setAttribute('data-broken', broken.join(','));
+  document.body.setAttribute('data-tables', document.querySelectorAll('table').length);
+});
+</script>
+"""
+
+
+def _chromium(*args: str) -> str:
+    command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120).stdout
+
+
+@requires_chromium
+def test_report_renders_in_headless_chromium_with_every_image_loaded(cli, write_scenario, tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli("run", write_scenario(), "--run-dir", run_dir, "--quiet")[0] == 0
+    report = run_dir / "report"
+    # A copy of the page with a probe script, beside it so relative image paths resolve the same.
+    probe = report / "probe.html"
+    probe.write_text((report / "index.html").read_text().replace("</body>", PROBE + "</body>"))
+
+    dom = _chromium("--virtual-time-budget=5000", "--dump-dom", probe.as_uri())
+    _chromium(f"--screenshot={tmp_path / 'shot.png'}", "--window-size=1200,900", (report / "index.html").as_uri())
+
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert 'data-broken=""' in body, body
+    images = int(re.search(r'data-images="(\d+)"', body).group(1))
+    assert images == len(list(report.glob("*.png"))) >= 3
+    assert int(re.search(r'data-tables="(\d+)"', body).group(1)) >= 1
+    assert (tmp_path / "shot.png").stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_trackers_receive_every_record(cli, write_scenario, tmp_path):
+    run_dir = tmp_path / "run"
+    code, _, err = cli("run", write_scenario({"report": {"trackers": ["tensorboard", "mlflow"]}}),
+                       "--run-dir", run_dir, "--quiet")
+    assert code == 0, err
+
+    from mlflow.tracking import MlflowClient
+
+    from testbed.run import RunFolder
+    from testbed.tracking import mlflow_uri
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("test_accuracy")] == [4, 8, 12, 16, 20, 24]
+    client = MlflowClient(tracking_uri=mlflow_uri(RunFolder(run_dir)))
+    run_id = (run_dir / "mlruns" / "testbed_run_id").read_text().strip()
+    history = client.get_metric_history(run_id, "test_accuracy")
+    assert [m.step for m in history] == [4, 8, 12, 16, 20, 24]
+    assert client.get_run(run_id).info.status == "FINISHED"
