@@ -1,1 +1,40 @@
-"""Flower strategies (SDEA and robust baselines) and Byzantine attacks."""
+"""Flower strategies (SDEA and robust baselines) and Byzantine attacks.
+
+Layout:
+
+* :mod:`strategies.robust` -- pure aggregation rules on a ``[n_clients, dim]``
+  update matrix (``mean``, ``dnc``, ``rfa``, ``fltrust``), registry ``AGGREGATORS``.
+* :mod:`strategies.attacks` -- data and model attacks, registry ``ATTACKS``
+  (omniscient LIE / Min-Max / Min-Sum live in :mod:`strategies.omniscient`).
+* :mod:`strategies.sdea` -- SDEA's learned weights (``sdea_weights``) and
+  :mod:`strategies.finch` -- the FINCH clustering it uses.
+* :mod:`strategies.flower` -- Flower 1.42 Message-API strategies ``SDEA``,
+  ``DnC``, ``RFA``, ``FLTrust`` (``from strategies import SDEA``), built on
+  :class:`strategies.base.RobustFedAvg` (deterministic reply order, per-round
+  ``history`` of client weights and flags, optional server-side attack).
+* :mod:`strategies.vectors` -- state dict <-> flat vector conversions.
+"""
+
+from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
+from .base import RobustFedAvg, ServerSideAttack
+from .flower import FLTrust, RFA, SDEA, DnC
+from .robust import AGGREGATORS, Aggregate, aggregate
+from .sdea import sdea_weights
+
+__all__ = [
+    "AGGREGATORS",
+    "ATTACKS",
+    "Aggregate",
+    "Attack",
+    "DnC",
+    "FLTrust",
+    "RFA",
+    "RobustFedAvg",
+    "SDEA",
+    "ServerSideAttack",
+    "aggregate",
+    "poison_labels",
+    "poison_updates",
+    "random_model_vector",
+    "sdea_weights",
+]

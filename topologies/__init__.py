@@ -1,1 +1,82 @@
 """Graphs, random-walk and gossip algorithms, and pairwise network-DP accountants."""
+
+from topologies.accounting import (
+    clip_to_local,
+    closed_form_tail_bound,
+    harmonic_number,
+    local_dp_loss,
+    max_valid_order,
+    random_walk_graph_term,
+    random_walk_pndp,
+    random_walk_visit_sum,
+    walk_length,
+)
+from topologies.conversion import (
+    DistanceProfile,
+    epsilon_by_distance,
+    linear_rdp_to_dp,
+    rdp_to_dp,
+    zcdp_to_dp,
+)
+from topologies.errors import TopologyError
+from topologies.gossip import gossip_leakage_weights, gossip_pndp
+from topologies.graphs import GRAPH_BUILDERS, build_graph, graph_from_spec
+from topologies.spectral import (
+    eigenvalues,
+    mixing_time,
+    relaxation_time,
+    spectral_gap,
+    stationary_distribution,
+)
+from topologies.walks import (
+    adjacency,
+    check_aperiodic,
+    check_doubly_stochastic,
+    check_irreducible,
+    check_stochastic,
+    check_symmetric,
+    lazy_walk,
+    metropolis_hastings,
+    period,
+    simple_random_walk,
+    validate_walk,
+)
+
+__all__ = [
+    "DistanceProfile",
+    "GRAPH_BUILDERS",
+    "TopologyError",
+    "adjacency",
+    "build_graph",
+    "check_aperiodic",
+    "check_doubly_stochastic",
+    "check_irreducible",
+    "check_stochastic",
+    "check_symmetric",
+    "clip_to_local",
+    "closed_form_tail_bound",
+    "eigenvalues",
+    "epsilon_by_distance",
+    "gossip_leakage_weights",
+    "gossip_pndp",
+    "graph_from_spec",
+    "harmonic_number",
+    "lazy_walk",
+    "linear_rdp_to_dp",
+    "local_dp_loss",
+    "max_valid_order",
+    "metropolis_hastings",
+    "mixing_time",
+    "period",
+    "random_walk_graph_term",
+    "random_walk_pndp",
+    "random_walk_visit_sum",
+    "rdp_to_dp",
+    "relaxation_time",
+    "simple_random_walk",
+    "spectral_gap",
+    "stationary_distribution",
+    "validate_walk",
+    "walk_length",
+    "zcdp_to_dp",
+]
