@@ -1,0 +1,1 @@
+"""Tests for the strategies package (robust rules, attacks, SDEA, Flower strategies)."""
