@@ -1,0 +1,1 @@
+"""Tests for testbed.pretrain: document packing and outlier-efficient attention."""
