@@ -6,6 +6,7 @@ Layout of a run folder::
     metrics.jsonl    one JSON record per round or evaluation step, appended and fsynced
     checkpoints/     ckpt-<step>.pt, written atomically; the two newest are kept
     summary.json     final metrics, timings, seed, versions; present only once the run completed
+    artifacts.npz    arrays a workload leaves for its report (samples, trajectories, ...)
     report/          index.html and its PNG plots
 
 Every file is written to a temporary name and renamed, so a crash never leaves a torn file. A
@@ -14,12 +15,14 @@ folder without summary.json is an interrupted run that `testbed resume` continue
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -52,6 +55,7 @@ class RunFolder:
         self.summary_path = self.path / "summary.json"
         self.checkpoint_dir = self.path / "checkpoints"
         self.report_dir = self.path / "report"
+        self.artifacts_path = self.path / "artifacts.npz"
         self._metrics_count: int | None = None
 
     @classmethod
@@ -145,6 +149,19 @@ class RunFolder:
 
     def _checkpoints(self) -> list[Path]:
         return sorted(self.checkpoint_dir.glob("ckpt-*.pt")) if self.checkpoint_dir.is_dir() else []
+
+    # artifacts -----------------------------------------------------------------------------
+    def write_artifacts(self, arrays: dict[str, np.ndarray]) -> None:
+        """Save a workload's report arrays (numpy's format: no pickles)."""
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **arrays)
+        atomic_write(self.artifacts_path, buffer.getvalue())
+
+    def read_artifacts(self) -> dict[str, np.ndarray]:
+        if not self.artifacts_path.is_file():
+            return {}
+        with np.load(self.artifacts_path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
 
     # summary -------------------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:

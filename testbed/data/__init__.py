@@ -1,5 +1,30 @@
-"""Datasets that work offline, registered by name in `DATASETS`."""
+"""Datasets that work offline, registered by name in `DATASETS` (bundled) and `FILE_DATASETS`
+(local files); client partitions; the unlabelled public set for server-side methods."""
 
 from testbed.data.datasets import DATASETS, Dataset, load_dataset, train_test_split
+from testbed.data.files import (
+    FILE_DATASETS,
+    load_cifar10,
+    load_dataset_from,
+    load_fashion_mnist,
+    load_femnist,
+    load_femnist_with_writers,
+)
+from testbed.data.partition import (
+    DirichletPartition,
+    IidPartition,
+    PartitionConfig,
+    ShardPartition,
+    label_histograms,
+    partition_indices,
+)
+from testbed.data.public import PUBLIC_SETS, PublicDataConfig, augment_views, public_images
 
-__all__ = ["DATASETS", "Dataset", "load_dataset", "train_test_split"]
+__all__ = [
+    "DATASETS", "Dataset", "load_dataset", "train_test_split",
+    "FILE_DATASETS", "load_cifar10", "load_dataset_from", "load_fashion_mnist", "load_femnist",
+    "load_femnist_with_writers",
+    "DirichletPartition", "IidPartition", "PartitionConfig", "ShardPartition", "label_histograms",
+    "partition_indices",
+    "PUBLIC_SETS", "PublicDataConfig", "augment_views", "public_images",
+]

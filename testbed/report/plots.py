@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -45,6 +46,21 @@ def plot_curve(path: Path, title: str, xlabel: str, lines: dict[str, tuple[list[
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", annotate: bool = True) -> Path:
+    """A matrix as an annotated heatmap (confusion matrices, pairwise privacy losses)."""
+    fig, ax = plt.subplots(figsize=(5.0, 4.2), dpi=110)
+    shown = ax.imshow(matrix, cmap="viridis")
+    fig.colorbar(shown, ax=ax)
+    if annotate and max(matrix.shape) <= 12:
+        for (row, col), value in np.ndenumerate(matrix):
+            ax.text(col, row, f"{value:.3g}", ha="center", va="center", color="w", fontsize=7)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

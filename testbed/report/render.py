@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from testbed.report.sections import SECTIONS, ConfigSection
 from testbed.run import RunFolder
 
@@ -29,10 +31,11 @@ class RunData:
     config: dict[str, Any]
     metrics: list[dict[str, Any]]
     summary: dict[str, Any] | None
+    artifacts: dict[str, np.ndarray]
 
     @classmethod
     def load(cls, run: RunFolder) -> "RunData":
-        return cls(run.path, run.read_config(), run.read_metrics(), run.read_summary())
+        return cls(run.path, run.read_config(), run.read_metrics(), run.read_summary(), run.read_artifacts())
 
 
 def render_report(run: RunFolder) -> Path:
@@ -45,7 +48,8 @@ def render_report(run: RunFolder) -> Path:
     kind = data.config.get("report", {}).get("kind", "training")
     staging = Path(tempfile.mkdtemp(dir=run.path, prefix=".report-"))
     try:
-        parts = [_section(s, data, staging) for s in SECTIONS.get(kind, SECTIONS["training"]) + [ConfigSection()]]
+        sections = SECTIONS.get(kind, SECTIONS["training"]) + _workload_sections(data.config) + [ConfigSection()]
+        parts = [_section(s, data, staging) for s in sections]
         title = html.escape(f"{data.config.get('name', run.path.name)}: {kind} report")
         page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
                 f"<style>{STYLE}</style></head><body><h1>{title}</h1>{''.join(parts)}</body></html>")
@@ -57,6 +61,14 @@ def render_report(run: RunFolder) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return run.report_dir / "index.html"
+
+
+def _workload_sections(config: dict[str, Any]) -> list[Any]:
+    """The sections a ``kind: workload`` run's workload adds to its report."""
+    from testbed.workloads import WORKLOADS
+
+    name = (config.get("workload") or {}).get("name")
+    return list(WORKLOADS[name].report_sections) if config.get("kind") == "workload" and name in WORKLOADS else []
 
 
 def _section(section: Any, data: RunData, out_dir: Path) -> str:

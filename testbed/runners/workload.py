@@ -50,7 +50,10 @@ def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) 
                 means = {key: total / pending_steps for key, total in pending.items()}
                 records.append({"step": step, **means, **workload.evaluate()})
                 pending, pending_steps = {}, 0
-        return {"workload": workload.state_dict(), "pending": pending, "pending_steps": pending_steps}, records
+        state = {"workload": workload.state_dict(), "pending": pending, "pending_steps": pending_steps}
+        if stop == loop.steps:
+            state["artifacts"] = workload.artifacts()
+        return state, records
 
 
 @register
@@ -70,6 +73,8 @@ class WorkloadRunner(Runner):
                 state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
                 for record in records:
                     ctx.log_metrics(record)
+                if "artifacts" in state:
+                    ctx.run.write_artifacts(state.pop("artifacts"))
                 ctx.run.save_checkpoint(stop, {"state": state})
                 advance(stop - step)
                 step = stop

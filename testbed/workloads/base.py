@@ -9,12 +9,16 @@ Federated and decentralized runners reuse its model and training functions on cl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 
 from testbed.scenario import DataConfig, StrictModel
 from testbed.seeding import SeedTree
+
+if TYPE_CHECKING:
+    from testbed.report.sections import ReportSection
 
 WORKLOADS: dict[str, type["Workload"]] = {}
 
@@ -35,6 +39,8 @@ class Workload(ABC):
     summary: ClassVar[str] = ""
     # The metric that says how good a run is, and whether higher is better.
     headline_metric: ClassVar[tuple[str, str]] = ("loss", "min")
+    # Report sections of this workload; they read the run folder's artifacts.npz (see `artifacts`).
+    report_sections: ClassVar[list["ReportSection"]] = []
 
     def __init__(self, config: StrictModel, data: DataConfig, seeds: SeedTree):
         self.config = config
@@ -60,6 +66,10 @@ class Workload(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state returned by `state_dict`."""
+
+    def artifacts(self) -> dict[str, np.ndarray]:
+        """Arrays the report plots (samples, trajectories, fields), saved once at the end of a run."""
+        return {}
 
     @abstractmethod
     def build_model(self) -> torch.nn.Module:

@@ -7,14 +7,19 @@ evaluation functions are public so that federated clients train the same model t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
 
 from testbed.data import Dataset, load_dataset, train_test_split
 from testbed.errors import ScenarioError
+from testbed.report.plots import plot_heatmap
+from testbed.report.render import RunData
+from testbed.report.sections import ReportSection, image
 from testbed.scenario import DataConfig, StrictModel
 from testbed.seeding import SeedTree
 from testbed.workloads.base import Workload, register
@@ -67,6 +72,28 @@ def evaluate_model(model: nn.Module, data: Dataset, batch_size: int = 512) -> di
     return {"accuracy": correct / len(y), "loss": loss_sum / len(y)}
 
 
+def confusion_matrix(model: nn.Module, data: Dataset) -> np.ndarray:
+    """Counts of (true class, predicted class) on ``data``."""
+    model.eval()
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(data.x)).argmax(dim=1).numpy()
+    matrix = np.zeros((data.num_classes, data.num_classes), dtype=np.int64)
+    np.add.at(matrix, (data.y, predicted), 1)
+    return matrix
+
+
+class ConfusionSection(ReportSection):
+    """The final model's confusion matrix on the test split, as a heatmap."""
+
+    title = "Confusion matrix (test split)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        if "confusion" not in data.artifacts:
+            return "<p>No confusion matrix was saved (the run has not finished).</p>"
+        path = plot_heatmap(out_dir / "confusion.png", data.artifacts["confusion"], "true class", "predicted class")
+        return image(path.name, "confusion matrix")
+
+
 class BatchStream:
     """Shuffled mini-batches, epoch after epoch, whose position is part of the saved state."""
 
@@ -115,6 +142,7 @@ class Classifier(Workload):
     Config = ClassifierConfig
     summary = "small CNN/MLP classifier on a bundled scikit-learn dataset (digits, wine, ...)"
     headline_metric = ("test_accuracy", "max")
+    report_sections = [ConfusionSection()]
 
     @classmethod
     def check(cls, config: ClassifierConfig, data: DataConfig) -> None:
@@ -144,6 +172,9 @@ class Classifier(Workload):
 
     def evaluate(self) -> dict[str, float]:
         return {f"test_{k}": v for k, v in evaluate_model(self.model, self.test_set).items()}
+
+    def artifacts(self) -> dict[str, np.ndarray]:
+        return {"confusion": confusion_matrix(self.model, self.test_set)}
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

@@ -1,0 +1,191 @@
+"""Split a labelled training set over N federated clients, IID or non-IID.
+
+Three schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
+returns one sorted int64 index array per client, deterministic for the numpy Generator passed in:
+
+- ``iid``: shuffle, then split as evenly as possible (sizes differ by at most one).
+- ``dirichlet``: label-distribution skew of Hsu et al. 2019 ("Measuring the Effects of Non-Identical
+  Data Distribution") as implemented in Li et al. 2022 ("Federated Learning on Non-IID Data Silos",
+  NIID-Bench): per class, client proportions ~ Dir(beta); smaller beta is more skewed.
+- ``shards``: every client holds exactly k classes (the "#C=k" scheme of Li et al. 2022, after the
+  pathological split of McMahan et al. 2017); classes are dealt so each is used as evenly as possible.
+
+Usage::
+
+    parts = partition_indices(train.y, 20, DirichletPartition(beta=0.3), seeds.numpy("data.partition"))
+    histogram = label_histograms(train.y, parts, train.num_classes)  # [20, C], for the report
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Callable, Literal, Union
+
+import numpy as np
+from pydantic import Field
+
+from testbed.errors import ScenarioError
+from testbed.scenario import StrictModel
+
+# Redraws of the Dirichlet split before giving up; each is cheap (one draw per class), and with a
+# feasible min_size a few dozen tries are usually enough even for beta = 0.05.
+MAX_DIRICHLET_TRIES = 1000
+
+
+class IidPartition(StrictModel):
+    """Every client gets a uniformly random, equally sized share of the training set."""
+
+    type: Literal["iid"] = "iid"
+
+
+class DirichletPartition(StrictModel):
+    """Label skew: per class, client shares ~ Dir(beta) (Hsu et al. 2019; Li et al. 2022)."""
+
+    type: Literal["dirichlet"] = "dirichlet"
+    beta: float = Field(0.5, gt=0, description="concentration; 0.1 is very skewed, 100 is near IID")
+    min_size: int = Field(2, ge=1, description="redraw until every client has this many samples")
+
+
+class ShardPartition(StrictModel):
+    """Every client holds samples of exactly ``classes_per_client`` classes (Li et al. 2022, #C=k)."""
+
+    type: Literal["shards"] = "shards"
+    classes_per_client: int = Field(2, gt=0)
+
+
+PartitionConfig = Annotated[
+    Union[IidPartition, DirichletPartition, ShardPartition],
+    Field(discriminator="type"),
+]
+
+
+def _check_inputs(labels: np.ndarray, num_clients: int) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be a 1-D integer array, got shape {labels.shape} dtype {labels.dtype}")
+    if num_clients < 1:
+        raise ScenarioError(f"data.num_clients: must be at least 1, got {num_clients}")
+    if num_clients > len(labels):
+        raise ScenarioError(
+            f"data.num_clients: {num_clients} clients but only {len(labels)} training samples; "
+            "use fewer clients or a larger dataset"
+        )
+    return labels
+
+
+def _sorted_int64(parts: list[np.ndarray]) -> list[np.ndarray]:
+    return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+
+
+def partition_iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffle all indices and split them into ``num_clients`` near-equal parts."""
+    labels = _check_inputs(labels, num_clients)
+    return _sorted_int64(np.array_split(rng.permutation(len(labels)), num_clients))
+
+
+def _dirichlet_draw(labels: np.ndarray, num_clients: int, beta: float, rng: np.random.Generator) -> list[list]:
+    """One draw of the NIID-Bench scheme; may leave some client below the minimum size."""
+    parts: list[list] = [[] for _ in range(num_clients)]
+    target_size = len(labels) / num_clients
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        shares = rng.dirichlet(np.full(num_clients, beta))
+        # NIID-Bench's balancing step: a client already above the average size takes no more, so
+        # the skew stays in the labels rather than turning into a few giant clients.
+        open_clients = np.array([len(part) < target_size for part in parts])
+        if (shares * open_clients).sum() > 0:
+            shares = shares * open_clients
+        shares = shares / shares.sum()
+        cuts = (np.cumsum(shares) * len(members)).astype(int)[:-1]
+        for part, chunk in zip(parts, np.split(members, cuts)):
+            part.extend(chunk.tolist())
+    return parts
+
+
+def partition_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                        beta: float = 0.5, min_size: int = 2) -> list[np.ndarray]:
+    """Label-skewed split with per-class client shares ~ Dir(beta), redrawn until every client
+    has at least ``min_size`` samples (Li et al. 2022, NIID-Bench)."""
+    labels = _check_inputs(labels, num_clients)
+    if beta <= 0:
+        raise ScenarioError(f"data.partition.beta: must be > 0, got {beta}")
+    if min_size * num_clients > len(labels):
+        raise ScenarioError(
+            f"data.partition.min_size: {min_size} samples for each of {num_clients} clients needs "
+            f"{min_size * num_clients}, but the training set has {len(labels)}"
+        )
+    for _ in range(MAX_DIRICHLET_TRIES):
+        parts = _dirichlet_draw(labels, num_clients, beta, rng)
+        if min(len(part) for part in parts) >= min_size:
+            return _sorted_int64(parts)
+    raise ScenarioError(
+        f"data.partition.beta: no split with at least min_size={min_size} samples per client in "
+        f"{MAX_DIRICHLET_TRIES} draws with beta={beta}; raise beta or lower min_size or num_clients"
+    )
+
+
+def _deal_classes(classes: np.ndarray, num_clients: int, per_client: int,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """Give each client ``per_client`` distinct classes, always picking the least-used ones
+    (random tie-break), so class usage counts never differ by more than one."""
+    uses = np.zeros(len(classes), dtype=np.int64)
+    dealt = []
+    for _ in range(num_clients):
+        order = np.lexsort((rng.random(len(classes)), uses))  # by uses, then randomly
+        chosen = order[:per_client]
+        uses[chosen] += 1
+        dealt.append(classes[chosen])
+    return dealt
+
+
+def partition_shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                     classes_per_client: int = 2) -> list[np.ndarray]:
+    """Each client gets samples of exactly ``classes_per_client`` classes; a class's samples are
+    shuffled and split evenly among the clients that hold it, so every sample is used once."""
+    labels = _check_inputs(labels, num_clients)
+    classes = np.unique(labels)
+    field = "data.partition.classes_per_client"
+    if classes_per_client > len(classes):
+        raise ScenarioError(f"{field}: {classes_per_client} is more than the {len(classes)} classes in the data")
+    if classes_per_client * num_clients < len(classes):
+        raise ScenarioError(
+            f"{field}: {num_clients} clients x {classes_per_client} classes cannot cover all "
+            f"{len(classes)} classes; raise classes_per_client or num_clients"
+        )
+    dealt = _deal_classes(classes, num_clients, classes_per_client, rng)
+    parts: list[list] = [[] for _ in range(num_clients)]
+    for label in classes:
+        holders = [client for client, held in enumerate(dealt) if label in held]
+        members = rng.permutation(np.flatnonzero(labels == label))
+        if len(members) < len(holders):
+            raise ScenarioError(
+                f"{field}: class {label} has {len(members)} samples but is dealt to {len(holders)} "
+                "clients; use fewer clients or fewer classes per client"
+            )
+        for client, chunk in zip(holders, np.array_split(members, len(holders))):
+            parts[client].extend(chunk.tolist())
+    return _sorted_int64(parts)
+
+
+PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
+    "iid": lambda labels, n, config, rng: partition_iid(labels, n, rng),
+    "dirichlet": lambda labels, n, config, rng: partition_dirichlet(labels, n, rng, config.beta, config.min_size),
+    "shards": lambda labels, n, config, rng: partition_shards(labels, n, rng, config.classes_per_client),
+}
+
+
+def partition_indices(labels: np.ndarray, num_clients: int, config: PartitionConfig,
+                      rng: np.random.Generator) -> list[np.ndarray]:
+    """Split sample indices over ``num_clients`` clients by the scheme ``config`` names."""
+    return PARTITIONERS[config.type](labels, num_clients, config, rng)
+
+
+def label_histograms(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """Per-client label counts, an int64 array [num_clients, num_classes] (the report's heatmap)."""
+    labels = np.asarray(labels)
+    histogram = np.zeros((len(parts), num_classes), dtype=np.int64)
+    for client, part in enumerate(parts):
+        counts = np.bincount(labels[part], minlength=num_classes)
+        if len(counts) > num_classes:
+            raise ValueError(f"label {len(counts) - 1} is outside num_classes={num_classes}")
+        histogram[client] = counts
+    return histogram
