@@ -14,6 +14,7 @@ from testbed.data.partition import (
     DirichletPartition,
     IidPartition,
     PartitionConfig,
+    PartitionError,
     ShardPartition,
     label_histograms,
     partition_indices,
@@ -24,7 +25,7 @@ __all__ = [
     "DATASETS", "Dataset", "load_dataset", "train_test_split",
     "FILE_DATASETS", "load_cifar10", "load_dataset_from", "load_fashion_mnist", "load_femnist",
     "load_femnist_with_writers",
-    "DirichletPartition", "IidPartition", "PartitionConfig", "ShardPartition", "label_histograms",
+    "DirichletPartition", "IidPartition", "PartitionConfig", "PartitionError", "ShardPartition", "label_histograms",
     "partition_indices",
     "PUBLIC_SETS", "PublicDataConfig", "augment_views", "public_images",
 ]

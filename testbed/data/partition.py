@@ -31,6 +31,11 @@ from testbed.scenario import StrictModel
 MAX_DIRICHLET_TRIES = 1000
 
 
+class PartitionError(ScenarioError, ValueError):
+    """A partition the data cannot satisfy: a `ScenarioError` (one line, CLI exit 2) that is also a
+    ValueError for callers that treat it as a bad argument."""
+
+
 class IidPartition(StrictModel):
     """Every client gets a uniformly random, equally sized share of the training set."""
 
@@ -63,9 +68,9 @@ def _check_inputs(labels: np.ndarray, num_clients: int) -> np.ndarray:
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels must be a 1-D integer array, got shape {labels.shape} dtype {labels.dtype}")
     if num_clients < 1:
-        raise ScenarioError(f"data.num_clients: must be at least 1, got {num_clients}")
+        raise PartitionError(f"data.num_clients: must be at least 1, got {num_clients}")
     if num_clients > len(labels):
-        raise ScenarioError(
+        raise PartitionError(
             f"data.num_clients: {num_clients} clients but only {len(labels)} training samples; "
             "use fewer clients or a larger dataset"
         )
@@ -107,9 +112,9 @@ def partition_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     has at least ``min_size`` samples (Li et al. 2022, NIID-Bench)."""
     labels = _check_inputs(labels, num_clients)
     if beta <= 0:
-        raise ScenarioError(f"data.partition.beta: must be > 0, got {beta}")
+        raise PartitionError(f"data.partition.beta: must be > 0, got {beta}")
     if min_size * num_clients > len(labels):
-        raise ScenarioError(
+        raise PartitionError(
             f"data.partition.min_size: {min_size} samples for each of {num_clients} clients needs "
             f"{min_size * num_clients}, but the training set has {len(labels)}"
         )
@@ -117,7 +122,7 @@ def partition_dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Gen
         parts = _dirichlet_draw(labels, num_clients, beta, rng)
         if min(len(part) for part in parts) >= min_size:
             return _sorted_int64(parts)
-    raise ScenarioError(
+    raise PartitionError(
         f"data.partition.beta: no split with at least min_size={min_size} samples per client in "
         f"{MAX_DIRICHLET_TRIES} draws with beta={beta}; raise beta or lower min_size or num_clients"
     )
@@ -145,9 +150,9 @@ def partition_shards(labels: np.ndarray, num_clients: int, rng: np.random.Genera
     classes = np.unique(labels)
     field = "data.partition.classes_per_client"
     if classes_per_client > len(classes):
-        raise ScenarioError(f"{field}: {classes_per_client} is more than the {len(classes)} classes in the data")
+        raise PartitionError(f"{field}: {classes_per_client} is more than the {len(classes)} classes in the data")
     if classes_per_client * num_clients < len(classes):
-        raise ScenarioError(
+        raise PartitionError(
             f"{field}: {num_clients} clients x {classes_per_client} classes cannot cover all "
             f"{len(classes)} classes; raise classes_per_client or num_clients"
         )
@@ -157,7 +162,7 @@ def partition_shards(labels: np.ndarray, num_clients: int, rng: np.random.Genera
         holders = [client for client, held in enumerate(dealt) if label in held]
         members = rng.permutation(np.flatnonzero(labels == label))
         if len(members) < len(holders):
-            raise ScenarioError(
+            raise PartitionError(
                 f"{field}: class {label} has {len(members)} samples but is dealt to {len(holders)} "
                 "clients; use fewer clients or fewer classes per client"
             )

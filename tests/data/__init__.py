@@ -1,0 +1,1 @@
+"""Tests of the offline data layer: partitions, file loaders, the public set."""
