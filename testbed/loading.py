@@ -20,6 +20,7 @@ from testbed.errors import ScenarioError
 from testbed.scenario import Scenario
 
 Loc = tuple[Any, ...]
+KINDS_WITH_WORKLOAD = ("workload", "federated")
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
@@ -81,16 +82,19 @@ def validate_raw(raw: dict[str, Any], source: str, overrides: typing.Sequence[st
 
 def check_plugins(scenario: Scenario, raw: dict, source: str, overrides: typing.Sequence[str]) -> None:
     """Validate the blocks that name registered plugins against the plugin's own config."""
-    from testbed.data import DATASETS
+    from testbed.data import check_data_selection
     from testbed.workloads import WORKLOADS
 
-    if scenario.data.dataset not in DATASETS:
-        raise ScenarioError(
-            f"{_source_for(('data', 'dataset'), source, overrides)}: data.dataset: unknown dataset "
-            f"'{scenario.data.dataset}'; valid: {', '.join(sorted(DATASETS))}"
-        )
+    check_data_selection(scenario.data, _source_for(("data", "dataset"), source, overrides))
+    if scenario.workload is None:
+        if scenario.kind in KINDS_WITH_WORKLOAD:
+            raise ScenarioError(f"{source}: workload: required for kind '{scenario.kind}' (e.g. workload: {{name: classifier}})")
+        return
     validate_plugin(WORKLOADS, "workload", scenario.workload.params, raw, source, overrides)
-    WORKLOADS[scenario.workload.name].check(workload_config(scenario), scenario.data)
+    try:
+        WORKLOADS[scenario.workload.name].check(workload_config(scenario), scenario.data)
+    except ScenarioError as err:
+        raise ScenarioError(f"{_source_for(('workload',), source, overrides)}: {err}") from None
 
 
 def workload_config(scenario: Scenario) -> BaseModel:

@@ -12,14 +12,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from testbed.config import StrictModel
+from testbed.data.partition import IidPartition, PartitionConfig
+
 KINDS = ("workload", "federated", "decentralized", "pretrain")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-
-
-class StrictModel(BaseModel):
-    """Base of every config block: unknown keys are errors, values are frozen after validation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 class LocalEngineConfig(StrictModel):
@@ -63,10 +60,13 @@ EngineConfig = Annotated[
 
 
 class DataConfig(StrictModel):
-    """Which dataset a run uses and how it is split into train and test."""
+    """Which dataset a run uses, how it is split into train and test, and over how many clients."""
 
     dataset: str = "digits"
+    path: str | None = Field(None, description="folder of a file dataset (cifar10, fashion_mnist, femnist)")
     test_fraction: float = Field(0.25, gt=0, lt=1)
+    num_clients: int = Field(1, gt=0, description="clients (federated) or nodes (decentralized)")
+    partition: PartitionConfig = Field(default_factory=IidPartition)
 
 
 class PluginSpec(BaseModel):
@@ -106,7 +106,7 @@ class Scenario(StrictModel):
     seed: int = Field(0, ge=0)
     engine: EngineConfig = Field(default_factory=LocalEngineConfig)
     data: DataConfig = Field(default_factory=DataConfig)
-    workload: PluginSpec
+    workload: PluginSpec | None = None
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
 

@@ -19,6 +19,7 @@ from testbed.data.partition import (
     label_histograms,
     partition_indices,
 )
+from testbed.data.select import check_data_selection, load_selected
 from testbed.data.public import PUBLIC_SETS, PublicDataConfig, augment_views, public_images
 
 __all__ = [
@@ -27,5 +28,6 @@ __all__ = [
     "load_femnist_with_writers",
     "DirichletPartition", "IidPartition", "PartitionConfig", "PartitionError", "ShardPartition", "label_histograms",
     "partition_indices",
+    "check_data_selection", "load_selected",
     "PUBLIC_SETS", "PublicDataConfig", "augment_views", "public_images",
 ]

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field
 
 from testbed.errors import ScenarioError
-from testbed.scenario import StrictModel
+from testbed.config import StrictModel
 
 # Redraws of the Dirichlet split before giving up; each is cheap (one draw per class), and with a
 # feasible min_size a few dozen tries are usually enough even for beta = 0.05.

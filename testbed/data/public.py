@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 from pydantic import Field
 
-from testbed.scenario import StrictModel
+from testbed.config import StrictModel
 
 # Side lengths of the square crops, in photo pixels (the photos are 427 x 640): small crops give
 # texture, large ones give shapes, so the set covers several scales.

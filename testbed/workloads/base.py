@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from testbed.scenario import DataConfig, StrictModel
+from testbed.config import StrictModel
+from testbed.scenario import DataConfig
 from testbed.seeding import SeedTree
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ class Workload(ABC):
 
     @classmethod
     def check(cls, config: StrictModel, data: DataConfig) -> None:
-        """Reject config/data combinations that cannot work; raise `ScenarioError`."""
+        """Reject config/data combinations that cannot work: raise `ScenarioError("workload.<field>: ...")`;
+        the loader prefixes the scenario file."""
 
     @abstractmethod
     def train(self, steps: int) -> dict[str, float]:

@@ -15,12 +15,13 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from testbed.data import Dataset, load_dataset, train_test_split
+from testbed.data import Dataset, load_selected, train_test_split
 from testbed.errors import ScenarioError
 from testbed.report.plots import plot_heatmap
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection, image
-from testbed.scenario import DataConfig, StrictModel
+from testbed.config import StrictModel
+from testbed.scenario import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.base import Workload, register
 
@@ -146,14 +147,14 @@ class Classifier(Workload):
 
     @classmethod
     def check(cls, config: ClassifierConfig, data: DataConfig) -> None:
-        if config.arch == "cnn" and load_dataset(data.dataset).image_shape is None:
+        if config.arch == "cnn" and load_selected(data).image_shape is None:
             raise ScenarioError(
                 f"workload.arch: 'cnn' needs image data but data.dataset '{data.dataset}' is tabular; use arch: mlp"
             )
 
     def __init__(self, config: ClassifierConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
-        full = load_dataset(data.dataset)
+        full = load_selected(data)
         self.train_set, self.test_set = train_test_split(full, data.test_fraction, seeds.integer("data.split"))
         torch.manual_seed(seeds.integer("model.init"))
         self.model = build_classifier(config, full)
