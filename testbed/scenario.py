@@ -1,6 +1,7 @@
 """The typed scenario schema: what a YAML scenario file may contain.
 
-Every model rejects unknown keys and is frozen once validated. Sections that name a plugin (the
+Every model rejects unknown keys and is frozen once validated. Each scenario kind owns the model of
+its own section (``federated:`` lives in `testbed.federated.config`). Sections that name a plugin (the
 workload, later strategies and attacks) keep their plugin-specific keys as extras here; the
 loader validates those against the plugin's own config model (see `testbed.loading`), so a typo
 inside a plugin's block is reported with its full path just like any other key.
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from testbed.config import StrictModel
+from testbed.config import PluginSpec, StrictModel
 from testbed.data.partition import IidPartition, PartitionConfig
+from testbed.federated.config import FederatedConfig
 
 KINDS = ("workload", "federated", "decentralized", "pretrain")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -69,19 +71,6 @@ class DataConfig(StrictModel):
     partition: PartitionConfig = Field(default_factory=IidPartition)
 
 
-class PluginSpec(BaseModel):
-    """A block that names a registered plugin; the other keys are that plugin's own config."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    name: str = Field(min_length=1)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """The plugin-specific keys, validated by the plugin's own config model."""
-        return dict(self.model_extra or {})
-
-
 class TrainingConfig(StrictModel):
     """The loop of a centrally trained workload (``kind: workload``)."""
 
@@ -109,6 +98,7 @@ class Scenario(StrictModel):
     workload: PluginSpec | None = None
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    federated: FederatedConfig | None = None
 
     @field_validator("engine", mode="before")
     @classmethod

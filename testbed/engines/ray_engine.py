@@ -26,6 +26,7 @@ class _RayEngine(Engine):
         self.num_cpus_per_task = num_cpus_per_task
         self.quiet = quiet
         self._owns_ray = False
+        self._cluster: dict[str, Any] = {}
 
     @abstractmethod
     def _init_args(self) -> dict[str, Any]:
@@ -41,6 +42,9 @@ class _RayEngine(Engine):
         ray.init(**self._init_args(), logging_level=logging.ERROR, log_to_driver=not self.quiet,
                  configure_logging=True)
         self._owns_ray = True
+        # Described now: components that drive Ray themselves (Flower) shut it down when they finish.
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        self._cluster = {"nodes": len(nodes), "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes)}
 
     def shutdown(self) -> None:
         import ray
@@ -60,11 +64,7 @@ class _RayEngine(Engine):
             raise err.as_instanceof_cause() from None
 
     def describe(self) -> dict[str, Any]:
-        import ray
-
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
-        return {"type": self.name, "nodes": len(nodes), "cpus": cpus}
+        return {"type": self.name, **self._cluster}
 
     @property
     def ray_address(self) -> str | None:

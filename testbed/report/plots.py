@@ -10,6 +10,7 @@ import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def x_axis(records: list[dict[str, Any]]) -> str:
@@ -43,6 +44,7 @@ def plot_curve(path: Path, title: str, xlabel: str, lines: dict[str, tuple[list[
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize=8)

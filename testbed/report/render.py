@@ -44,6 +44,8 @@ def render_report(run: RunFolder) -> Path:
     The page is built in a temporary folder and swapped in whole, so a failure never leaves a
     report that mixes old and new plots.
     """
+    import testbed.runners  # noqa: F401  (each scenario kind registers its report sections on import)
+
     data = RunData.load(run)
     kind = data.config.get("report", {}).get("kind", "training")
     staging = Path(tempfile.mkdtemp(dir=run.path, prefix=".report-"))

@@ -33,9 +33,15 @@ class ReportSection(ABC):
         """Return the section's HTML body; write any images into ``out_dir``."""
 
 
-def register_section(report_kind: str, section: ReportSection) -> None:
-    """Add a section to the reports of one kind ("training", "robustness", ...)."""
-    SECTIONS.setdefault(report_kind, []).append(section)
+def register_section(report_kind: str, section: ReportSection, after_summary: bool = False) -> None:
+    """Add a section to the reports of one kind ("training", "robustness", ...).
+
+    ``after_summary`` places it right below the summary, above the generic metric curves: where a
+    kind's own findings belong.
+    """
+    sections = SECTIONS.setdefault(report_kind, [])
+    summaries = sum(isinstance(s, SummarySection) for s in sections)
+    sections.insert(summaries, section) if after_summary else sections.append(section)
 
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:

@@ -76,3 +76,26 @@ class Workload(ABC):
     @abstractmethod
     def build_model(self) -> torch.nn.Module:
         """A freshly initialised model, for runners that train it elsewhere (e.g. FL clients)."""
+
+
+class FederatedWorkload(Workload):
+    """A workload whose model federated clients can train (``kind: federated`` needs one)."""
+
+    @classmethod
+    @abstractmethod
+    def model_for(cls, config: StrictModel, data: Any) -> torch.nn.Module:
+        """A model for ``data`` (a `testbed.data.Dataset`), initialised from torch's global RNG."""
+
+    @classmethod
+    @abstractmethod
+    def fit_client(cls, model: torch.nn.Module, data: Any, config: StrictModel, epochs: int,
+                   generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        """Train ``model`` in place for ``epochs`` on a client's data; return the mean loss.
+
+        ``proximal_mu`` adds FedProx's term (mu / 2) * ||w - w_start||^2 to the local objective.
+        """
+
+    @classmethod
+    @abstractmethod
+    def evaluate_model(cls, model: torch.nn.Module, data: Any) -> dict[str, float]:
+        """The workload's metrics of ``model`` on ``data`` (e.g. test accuracy and loss)."""

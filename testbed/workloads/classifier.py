@@ -23,7 +23,7 @@ from testbed.report.sections import ReportSection, image
 from testbed.config import StrictModel
 from testbed.scenario import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import FederatedWorkload, register
 
 
 class ClassifierConfig(StrictModel):
@@ -119,6 +119,29 @@ class BatchStream:
         self.generator.set_state(state["rng"])
 
 
+def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Dataset, epochs: int,
+                 batch_size: int, generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+    """Local epochs of SGD over shuffled batches, with FedProx's proximal term when ``proximal_mu`` > 0."""
+    model.train()
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
+    total, batches = 0.0, 0
+    for _ in range(epochs):
+        order = torch.randperm(len(y), generator=generator)
+        for start in range(0, len(y), batch_size):
+            batch = order[start : start + batch_size]
+            if len(batch) < 2 and len(y) >= 2:
+                continue  # batch norm cannot train on a single sample
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+            if anchor is not None:
+                loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total, batches = total + loss.item(), batches + 1
+    return total / max(batches, 1)
+
+
 def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, data: Dataset,
                 stream: BatchStream, steps: int) -> float:
     """Take ``steps`` SGD steps on batches from ``stream``; return the mean training loss."""
@@ -136,7 +159,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, data: Datase
 
 
 @register
-class Classifier(Workload):
+class Classifier(FederatedWorkload):
     """Supervised classification of a bundled dataset (digits by default)."""
 
     name = "classifier"
@@ -166,13 +189,27 @@ class Classifier(Workload):
     def build_model(self) -> nn.Module:
         return build_classifier(self.config, self.train_set)
 
+    @classmethod
+    def model_for(cls, config: ClassifierConfig, data: Dataset) -> nn.Module:
+        return build_classifier(config, data)
+
+    @classmethod
+    def fit_client(cls, model: nn.Module, data: Dataset, config: ClassifierConfig, epochs: int,
+                   generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        optimizer = make_optimizer(model, config)
+        return train_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
+
+    @classmethod
+    def evaluate_model(cls, model: nn.Module, data: Dataset) -> dict[str, float]:
+        return {f"test_{k}": v for k, v in evaluate_model(model, data).items()}
+
     def train(self, steps: int) -> dict[str, float]:
         loss = train_steps(self.model, self.optimizer, self.train_set, self.stream, steps)
         self.steps_done += steps
         return {"train_loss": loss}
 
     def evaluate(self) -> dict[str, float]:
-        return {f"test_{k}": v for k, v in evaluate_model(self.model, self.test_set).items()}
+        return self.evaluate_model(self.model, self.test_set)
 
     def artifacts(self) -> dict[str, np.ndarray]:
         return {"confusion": confusion_matrix(self.model, self.test_set)}

@@ -1,0 +1,81 @@
+"""The Flower client app: each virtual client trains the workload's model on its own partition.
+
+A client's randomness comes from the root seed, its partition id and the round, never from the
+process it runs in, so every engine computes the same replies. Byzantine clients of a data attack
+(label flipping) train on poisoned labels; model attacks are applied by the server loop, which
+plays the omniscient adversary (see `testbed.federated.server`).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from strategies import ATTACKS, poison_labels
+from testbed.data import Dataset
+from testbed.determinism import single_threaded
+from testbed.federated.setup import FederationSetup, federation_setup
+from testbed.scenario import Scenario
+from testbed.workloads import WORKLOADS
+
+PARTITION_KEY = "partition-id"  # the reply metric the server orders replies by
+
+
+def train_on(setup: FederationSetup, global_state: dict[str, torch.Tensor], data: Dataset, epochs: int,
+             generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Train a copy of the global model on ``data``; return its new state."""
+    model, _ = _train(setup, global_state, data, epochs, generator, setup.scenario.federated.proximal_mu)
+    return model.state_dict()
+
+
+def _train(setup: FederationSetup, global_state, data: Dataset, epochs: int, generator: torch.Generator,
+           proximal_mu: float) -> tuple[torch.nn.Module, float]:
+    workload = WORKLOADS[setup.scenario.workload.name]
+    config = workload.Config.model_validate(setup.scenario.workload.params)
+    model = setup.build_model()
+    model.load_state_dict(global_state)
+    loss = workload.fit_client(model, data, config, epochs, generator, proximal_mu)
+    return model, loss
+
+
+@lru_cache(maxsize=256)
+def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
+    """A client's data, with its labels flipped once and for all if it is a data-poisoning attacker."""
+    setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+    data = setup.client_data(partition_id)
+    attack = setup.scenario.federated.attack
+    if attack is None or partition_id not in setup.malicious or ATTACKS[attack.name].kind != "data":
+        return data
+    generator = setup.seeds.torch(f"attack.labels.{partition_id}")
+    labels = poison_labels(attack.name, torch.from_numpy(data.y), data.num_classes, generator, **attack.params)
+    return Dataset(data.name, data.x, labels.numpy(), data.num_classes, data.image_shape)
+
+
+def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
+    """Handle one training message: local epochs from the received global model."""
+    partition_id = int(context.node_config[PARTITION_KEY])
+    setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+    server_round = int(msg.content["config"]["server-round"])
+    data = poisoned_client_data(scenario_json, partition_id)
+    generator = setup.seeds.child(f"client.{partition_id}").torch(f"round.{server_round}")
+    with single_threaded():
+        model, loss = _train(setup, msg.content["arrays"].to_torch_state_dict(), data,
+                             setup.scenario.federated.local_epochs, generator, setup.scenario.federated.proximal_mu)
+    metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+
+
+def make_client_app(scenario: Scenario) -> ClientApp:
+    """A ClientApp for the scenario; it carries only the scenario text (data loads in each worker)."""
+    scenario_json = json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        return client_train(scenario_json, msg, context)
+
+    return app

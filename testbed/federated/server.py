@@ -1,0 +1,145 @@
+"""The server side of a federated run: Flower's ServerApp driving the scenario's strategy round by round.
+
+The loop follows Flower's `Strategy.start` (configure_train, send_and_receive, aggregate_train) but
+keeps the scenario's global round numbers, checkpoints after rounds and resumes from them, orders
+replies by partition id before aggregation (so sums are taken in the same order on every run), and
+plays the model-poisoning adversary: an *omniscient* attacker who sees every benign reply of the
+round before writing the Byzantine clients' uploads (LIE, Min-Max and Min-Sum need that; simpler
+attacks ignore it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg, Krum, Strategy
+
+from strategies import ATTACKS, poison_updates, random_model_vector
+from strategies.base import RobustFedAvg
+from strategies.vectors import flatten_state, unflatten_state
+from testbed.determinism import single_threaded
+from testbed.federated.client import PARTITION_KEY
+from testbed.federated.setup import FederationSetup
+from testbed.runners.base import RunContext
+from testbed.workloads import WORKLOADS
+
+# Attacks whose output is a whole model rather than an update.
+FULL_MODEL_ATTACKS = frozenset({"random_noise", "add_noise"})
+
+
+def partition_id(reply: Message) -> int:
+    return int(reply.content["metrics"][PARTITION_KEY])
+
+
+class RoundLoop:
+    """Runs rounds ``start+1..rounds`` of a federated scenario inside a Flower ServerApp."""
+
+    def __init__(self, ctx: RunContext, setup: FederationSetup, strategy: Strategy, start_round: int,
+                 global_state: dict[str, torch.Tensor]):
+        self.ctx, self.setup, self.strategy = ctx, setup, strategy
+        self.start_round, self.state = start_round, global_state
+        self.error: BaseException | None = None
+        self.workload = WORKLOADS[setup.scenario.workload.name]
+
+    def server_app(self) -> ServerApp:
+        app = ServerApp()
+
+        @app.main()
+        def main(grid: Grid, context: Any) -> None:
+            try:
+                self.run(grid)
+            except BaseException as err:  # Flower would only log it; the runner re-raises it
+                self.error = err
+
+        return app
+
+    def run(self, grid: Grid) -> None:
+        config = self.setup.scenario.federated
+        with self.ctx.progress.task("rounds", total=config.rounds, completed=self.start_round) as advance:
+            for server_round in range(self.start_round + 1, config.rounds + 1):
+                record = self.one_round(grid, server_round)
+                self.ctx.log_metrics(record)
+                if server_round % config.checkpoint_every == 0 or server_round == config.rounds:
+                    self.ctx.run.save_checkpoint(server_round, {"global_state": self.state})
+                advance(1)
+
+    def one_round(self, grid: Grid, server_round: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        arrays = ArrayRecord(self.state)
+        messages = self.strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
+        replies = list(grid.send_and_receive(messages, timeout=self.setup.scenario.federated.round_timeout_s))
+        valid = sorted((r for r in replies if not r.has_error()), key=partition_id)
+        train_s = time.perf_counter() - started
+        with single_threaded():
+            self._inject_attack(server_round, valid)
+            aggregate_started = time.perf_counter()
+            new_arrays, _ = self.strategy.aggregate_train(server_round, valid)
+            aggregation_s = time.perf_counter() - aggregate_started
+            if new_arrays is not None:
+                self.state = new_arrays.to_torch_state_dict()
+            model = self.setup.build_model()
+            model.load_state_dict(self.state)
+            metrics = self.workload.evaluate_model(model, self.setup.test)
+        ids = [partition_id(r) for r in valid]
+        benign_losses = [float(r.content["metrics"]["train_loss"]) for r in valid if partition_id(r) not in self.setup.malicious]
+        return {
+            "round": server_round, **metrics,
+            "train_loss": sum(benign_losses) / len(benign_losses) if benign_losses else float("nan"),
+            "clients_requested": self.setup.num_clients, "clients_trained": len(valid),
+            "clients_failed": len(replies) - len(valid) + (self.setup.num_clients - len(replies)),
+            "train_s": round(train_s, 4), "aggregation_s": round(aggregation_s, 6),
+            **self._weights_record(ids, valid, new_arrays),
+        }
+
+    def _inject_attack(self, server_round: int, replies: list[Message]) -> None:
+        attack = self.setup.scenario.federated.attack
+        if attack is None or ATTACKS[attack.name].kind != "model" or not self.setup.malicious:
+            return
+        template = self.state
+        global_vector = flatten_state(template)
+        states = torch.stack([flatten_state(r.content["arrays"].to_torch_state_dict()) for r in replies])
+        mask = torch.tensor([partition_id(r) in self.setup.malicious for r in replies])
+        generator = self.setup.seeds.torch(f"attack.round.{server_round}")
+        params = dict(attack.params)
+        if attack.name in FULL_MODEL_ATTACKS:
+            params["init"] = random_model_vector(self.setup.build_model, self.setup.seeds.integer("attack.random_model"))
+            poisoned = poison_updates(attack.name, states, mask, generator, **params)
+        else:
+            poisoned = poison_updates(attack.name, states - global_vector, mask, generator, **params) + global_vector
+        for row, reply in enumerate(replies):
+            if mask[row]:
+                reply.content["arrays"] = ArrayRecord(unflatten_state(poisoned[row], template))
+
+    def _weights_record(self, ids: list[int], replies: list[Message], new_arrays: ArrayRecord | None) -> dict[str, Any]:
+        """Weight the rule gave to Byzantine clients, and detection quality for rules that flag."""
+        weights, flagged = client_weights(self.strategy, ids, replies, new_arrays)
+        if weights is None:
+            return {}
+        malicious = [i in self.setup.malicious for i in ids]
+        record: dict[str, Any] = {"malicious_weight": float(sum(w for w, m in zip(weights, malicious) if m))}
+        if flagged is not None:
+            hits = sum(f and m for f, m in zip(flagged, malicious))
+            record["detection_precision"] = hits / sum(flagged) if any(flagged) else (1.0 if not any(malicious) else 0.0)
+            record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
+        return record
+
+
+def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
+                   new_arrays: ArrayRecord | None) -> tuple[list[float] | None, list[bool] | None]:
+    """Per-client aggregation weights (and flags) where the rule defines them, in ``ids`` order."""
+    if isinstance(strategy, RobustFedAvg) and strategy.history:
+        last = strategy.history[-1]
+        by_id = dict(zip(last["client_ids"], zip(last["weights"], last["flagged"])))
+        return [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
+    if isinstance(strategy, Krum) and new_arrays is not None:  # Krum returns one client's model
+        chosen = flatten_state(new_arrays.to_torch_state_dict())
+        weights = [float(torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen)) for r in replies]
+        return weights, [w == 0.0 for w in weights]
+    if type(strategy) is FedAvg:
+        examples = [float(r.content["metrics"]["num-examples"]) for r in replies]
+        return [e / sum(examples) for e in examples], None
+    return None, None

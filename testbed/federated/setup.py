@@ -1,0 +1,96 @@
+"""Everything client and server derive from a federated scenario, identically in every process.
+
+Built from the scenario and its root seed alone (never from Flower's random node ids), so a Ray
+actor on any node, the driver and a resumed run all see the same partitions, the same malicious
+clients and the same held-out data. Cached per process: Flower calls a client app once per
+message, and rebuilding the split for every call would dominate a round.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
+from testbed.scenario import Scenario
+from testbed.seeding import SeedTree
+from testbed.workloads import WORKLOADS
+
+
+@dataclass(frozen=True)
+class FederationSetup:
+    """Data, partitions and roles of a federated scenario."""
+
+    scenario: Scenario
+    train: Dataset
+    test: Dataset
+    root: Dataset | None  # the server's small clean set (FLTrust), carved out before partitioning
+    partitions: tuple[np.ndarray, ...]
+    malicious: frozenset[int]
+
+    @property
+    def seeds(self) -> SeedTree:
+        return SeedTree(self.scenario.seed)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.partitions)
+
+    def client_data(self, partition_id: int) -> Dataset:
+        """The training data of one client."""
+        index = self.partitions[partition_id]
+        return Dataset(self.train.name, self.train.x[index], self.train.y[index], self.train.num_classes,
+                       self.train.image_shape)
+
+    def build_model(self) -> torch.nn.Module:
+        """The workload's model, initialised from the root seed (the round-0 global model)."""
+        workload_cls = WORKLOADS[self.scenario.workload.name]
+        config = workload_cls.Config.model_validate(self.scenario.workload.params)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seeds.integer("federated.model.init"))
+            return workload_cls.model_for(config, self.train)
+
+    def label_histograms(self) -> np.ndarray:
+        return label_histograms(self.train.y, list(self.partitions), self.train.num_classes)
+
+
+def federation_setup(scenario: Scenario) -> FederationSetup:
+    """The (cached) setup of a scenario."""
+    return _cached_setup(json.dumps(scenario.model_dump(mode="json"), sort_keys=True))
+
+
+@lru_cache(maxsize=4)
+def _cached_setup(scenario_json: str) -> FederationSetup:
+    scenario = Scenario.model_validate(json.loads(scenario_json))
+    seeds = SeedTree(scenario.seed)
+    train, test = train_test_split(load_selected(scenario.data), scenario.data.test_fraction,
+                                   seeds.integer("data.split"))
+    root = None
+    if scenario.federated.strategy.name == "fltrust":
+        from testbed.federated.strategies import FLTrustConfig  # the strategies module imports this one
+
+        root_size = FLTrustConfig.model_validate(scenario.federated.strategy.params).root_size
+        train, root = _carve(train, root_size, seeds.numpy("federated.root"))
+    partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
+                                   seeds.numpy("data.partition"))
+    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario))
+
+
+def malicious_clients(scenario: Scenario) -> frozenset[int]:
+    """The Byzantine clients: ``round(fraction * N)`` partition ids drawn from the root seed."""
+    attack = scenario.federated.attack
+    count = round(attack.fraction * scenario.data.num_clients) if attack else 0
+    rng = SeedTree(scenario.seed).numpy("federated.malicious")
+    return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
+
+
+def _carve(data: Dataset, size: int, rng: np.random.Generator) -> tuple[Dataset, Dataset]:
+    """Split ``size`` samples off ``data`` (the server's root set); returns (rest, carved)."""
+    chosen = np.zeros(len(data.y), dtype=bool)
+    chosen[rng.choice(len(data.y), size=min(size, len(data.y) // 2), replace=False)] = True
+    pick = lambda mask: Dataset(data.name, data.x[mask], data.y[mask], data.num_classes, data.image_shape)  # noqa: E731
+    return pick(~chosen), pick(chosen)

@@ -1,0 +1,141 @@
+"""Server strategies a scenario can name in ``federated.strategy``, each with its typed config.
+
+Flower's own robust strategies (FedAvg, Krum, MultiKrum, Bulyan, FedMedian, FedTrimmedAvg) are
+used as they are; DnC, RFA, FLTrust and SDEA come from the `strategies` package. Every strategy
+waits for all the scenario's clients in every round (``min_available_nodes = N``), so a round
+never starts with only the clients that happened to register first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+import torch
+from flwr.serverapp import strategy as flower
+from pydantic import Field
+
+import strategies as robust
+from testbed.config import StrictModel
+from testbed.data import PublicDataConfig, augment_views, public_images
+from testbed.federated.setup import FederationSetup
+
+
+class NoParams(StrictModel):
+    """A strategy without parameters of its own."""
+
+
+class ByzantineCount(StrictModel):
+    """Rules that must be told how many clients may be Byzantine (default: the attack's count)."""
+
+    num_malicious: int | None = Field(None, ge=0)
+
+
+class MultiKrumConfig(ByzantineCount):
+    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f")
+
+
+class TrimmedAvgConfig(StrictModel):
+    beta: float = Field(0.2, ge=0, lt=0.5, description="share trimmed at each end")
+
+
+class DnCConfig(ByzantineCount):
+    filter_frac: float = Field(1.0, gt=0)
+    num_iters: int = Field(1, gt=0)
+    sub_dim: int = Field(10000, gt=0)
+
+
+class RFAConfig(StrictModel):
+    nu: float = Field(1e-6, gt=0)
+    max_iter: int = Field(100, gt=0)
+    ftol: float = Field(1e-6, gt=0)
+
+
+class FLTrustConfig(StrictModel):
+    root_size: int = Field(100, gt=0, description="clean samples the server trains on each round")
+    root_epochs: int = Field(1, gt=0)
+
+
+class SDEAConfig(StrictModel):
+    epochs: int = Field(20, gt=0, description="passes over the public set per round (paper: 20)")
+    rule: Literal["paper", "code"] = "paper"
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(0.005, gt=0)
+    weight_decay: float = Field(1e-5, ge=0)
+    public: PublicDataConfig = Field(default_factory=PublicDataConfig)
+
+
+@dataclass(frozen=True)
+class StrategyEntry:
+    """A registered strategy: its config, how to build it, and the client count it needs."""
+
+    Config: type[StrictModel]
+    build: Callable[[Any, FederationSetup, int], flower.Strategy]
+    summary: str
+    min_clients: Callable[[int], int] = lambda f: 1  # noqa: E731  (clients needed for f Byzantine)
+
+
+def _common(setup: FederationSetup) -> dict[str, Any]:
+    n = setup.num_clients
+    return {"fraction_train": 1.0, "fraction_evaluate": 0.0, "min_train_nodes": n, "min_available_nodes": n}
+
+
+def _build_fltrust(config: FLTrustConfig, setup: FederationSetup, f: int) -> flower.Strategy:
+    def server_update(global_state: dict[str, torch.Tensor], server_round: int) -> dict[str, torch.Tensor]:
+        from testbed.federated.client import train_on  # the server trains its root set like a client
+
+        generator = setup.seeds.torch(f"fltrust.round.{server_round}")
+        return train_on(setup, global_state, setup.root, config.root_epochs, generator)
+
+    return robust.FLTrust(server_update_fn=server_update, **_common(setup))
+
+
+def _build_sdea(config: SDEAConfig, setup: FederationSetup, f: int) -> flower.Strategy:
+    shape = setup.train.image_shape
+    if shape is None:
+        raise ValueError("SDEA needs image data for its public set")
+    public = torch.from_numpy(public_images(config.public, shape, setup.seeds.numpy("sdea.public")))
+    return robust.SDEA(model_fn=setup.build_model, public_x=public, augment=augment_views, epochs=config.epochs,
+                       rule=config.rule, seed=setup.seeds.integer("sdea"), batch_size=config.batch_size,
+                       lr=config.lr, weight_decay=config.weight_decay, **_common(setup))
+
+
+STRATEGIES: dict[str, StrategyEntry] = {
+    "fedavg": StrategyEntry(NoParams, lambda c, s, f: flower.FedAvg(**_common(s)), "Flower's FedAvg"),
+    "krum": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Krum(num_malicious_nodes=f, **_common(s)),
+                          "Flower's Krum (Blanchard et al. 2017)", lambda f: 2 * f + 3),
+    "multikrum": StrategyEntry(
+        MultiKrumConfig,
+        lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=c.num_selected or s.num_clients - f,
+                                         **_common(s)),
+        "Flower's MultiKrum", lambda f: 2 * f + 3),
+    "bulyan": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Bulyan(num_malicious_nodes=f, **_common(s)),
+                            "Flower's Bulyan (El Mhamdi et al. 2018)", lambda f: 4 * f + 3),
+    "fedmedian": StrategyEntry(NoParams, lambda c, s, f: flower.FedMedian(**_common(s)),
+                               "Flower's coordinate-wise median"),
+    "fedtrimmedavg": StrategyEntry(TrimmedAvgConfig, lambda c, s, f: flower.FedTrimmedAvg(beta=c.beta, **_common(s)),
+                                   "Flower's trimmed mean"),
+    "dnc": StrategyEntry(
+        DnCConfig,
+        lambda c, s, f: robust.DnC(num_malicious_nodes=f, filter_frac=c.filter_frac, num_iters=c.num_iters,
+                                   sub_dim=c.sub_dim, seed=s.seeds.integer("dnc"), **_common(s)),
+        "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)"),
+    "rfa": StrategyEntry(RFAConfig, lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol, **_common(s)),
+                         "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)"),
+    "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust, "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
+    "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
+}
+
+
+def declared_malicious(config: StrictModel, setup_malicious: int) -> int:
+    """The Byzantine count a rule is told: its own ``num_malicious`` or the attack's true count."""
+    declared = getattr(config, "num_malicious", None)
+    return setup_malicious if declared is None else declared
+
+
+def build_strategy(setup: FederationSetup) -> flower.Strategy:
+    """The scenario's strategy, ready for the round loop."""
+    block = setup.scenario.federated.strategy
+    entry = STRATEGIES[block.name]
+    config = entry.Config.model_validate(block.params)
+    return entry.build(config, setup, declared_malicious(config, len(setup.malicious)))

@@ -1,0 +1,88 @@
+"""``kind: federated``: Flower's simulation engine runs the clients, the testbed's round loop the server.
+
+On the ``local`` engine Ray starts in-process and Flower's Ray backend reuses it; on the ``ray``
+engine Flower's clients run as actors on the cluster the engine joined. Either way the same seed
+gives the same accuracy curve: see `testbed.federated.setup` and `testbed.federated.server`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from testbed.federated import report  # noqa: F401  (registers the robustness report sections)
+from testbed.federated.config import FederatedConfig
+from testbed.runners.base import Runner, RunContext, register
+from testbed.scenario import Scenario
+
+# Attack-function parameters that the server supplies itself.
+INTERNAL_ATTACK_PARAMS = frozenset({"init", "num_clients"})
+
+
+def federated_config(scenario: Scenario) -> FederatedConfig:
+    return scenario.federated or FederatedConfig()
+
+
+@register
+class FederatedRunner(Runner):
+    """Federated training on Flower with a robust strategy and optional Byzantine clients."""
+
+    kind = "federated"
+
+    def check(self, scenario: Scenario, source: str) -> None:
+        from testbed.federated.checks import check_federated
+
+        check_federated(scenario.model_copy(update={"federated": federated_config(scenario)}), source)
+
+    def parallel_tasks(self, scenario: Scenario) -> int:
+        return scenario.data.num_clients
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        from flwr.simulation import run_simulation
+
+        from testbed.federated.client import make_client_app
+        from testbed.federated.server import RoundLoop
+        from testbed.federated.setup import federation_setup
+        from testbed.federated.strategies import build_strategy
+
+        scenario = ctx.scenario.model_copy(update={"federated": federated_config(ctx.scenario)})
+        setup = federation_setup(scenario)
+        checkpoint = ctx.run.latest_checkpoint()
+        if checkpoint is None:
+            ctx.run.write_artifacts({"label_histograms": setup.label_histograms(),
+                                     "malicious": sorted(setup.malicious) or [-1]})
+        start, state = (checkpoint["step"], checkpoint["global_state"]) if checkpoint else (0, setup.build_model().state_dict())
+        resources = scenario.federated.client_resources
+        with quiet_flower():
+            loop = RoundLoop(ctx, setup, build_strategy(setup), start, state)
+            run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
+                           backend_config={"client_resources": {"num_cpus": resources.num_cpus,
+                                                                "num_gpus": resources.num_gpus}})
+        if loop.error is not None:
+            raise loop.error
+        rounds = [r for r in ctx.run.read_metrics() if "round" in r]
+        # Timings (``*_s``) vary from run to run; the summary's final metrics are the reproducible ones.
+        return {k: v for k, v in rounds[-1].items() if k != "round" and not k.endswith("_s")} if rounds else {}
+
+
+@contextmanager
+def quiet_flower() -> Iterator[None]:
+    """Flower logs every round at INFO and warns that run_simulation is deprecated; keep the console calm."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+
+
+def attack_parameters(fn: Any) -> list[str]:
+    """The keyword parameters a scenario may set for an attack function."""
+    return [name for name, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in INTERNAL_ATTACK_PARAMS]

@@ -1,0 +1,82 @@
+"""Federated scenarios end to end on Flower's simulation engine (tiny: 4 clients, 3 rounds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.faults import KILL_AFTER_RECORDS
+
+FEDERATED = {
+    "name": "fed-tiny",
+    "kind": "federated",
+    "seed": 5,
+    "engine": {"type": "local", "num_cpus": 2},
+    "data": {"dataset": "digits", "num_clients": 4, "partition": {"type": "dirichlet", "beta": 0.5}},
+    "workload": {"name": "classifier", "arch": "mlp", "hidden": 16},
+    "federated": {"rounds": 3, "local_epochs": 1, "strategy": {"name": "fedavg"},
+                  "attack": {"name": "sign_flip", "fraction": 0.25}},
+    "report": {"kind": "robustness"},
+}
+
+
+def _testbed(*args, env_extra=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _rounds(run_dir: Path) -> list[dict]:
+    """Metrics records without timings, which legitimately differ between runs."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in records]
+
+
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("fed") / "fed.yaml"
+    path.write_text(yaml.safe_dump(FEDERATED))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference_run(scenario_file, tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("ref") / "run"
+    done = _testbed("run", scenario_file, "--run-dir", run_dir, "--quiet")
+    assert done.returncode == 0, done.stderr
+    return run_dir
+
+
+def test_every_client_trains_every_round_and_the_report_shows_robustness(reference_run):
+    rounds = _rounds(reference_run)
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert all(r["clients_trained"] == r["clients_requested"] == 4 and r["clients_failed"] == 0 for r in rounds)
+    # FedAvg weighs clients by their number of examples, so the one Byzantine client gets a real share.
+    assert all(0 < r["malicious_weight"] < 1 for r in rounds)
+    summary = json.loads((reference_run / "summary.json").read_text())
+    assert summary["engine"]["type"] == "local" and summary["final_metrics"]["test_accuracy"] > 0.1
+    page = (reference_run / "report" / "index.html").read_text()
+    assert "<h2>Robustness</h2>" in page and "client-labels.png" in page and "malicious-weight.png" in page
+
+
+def test_same_seed_gives_the_same_accuracy_curve(scenario_file, reference_run, tmp_path):
+    again = _testbed("run", scenario_file, "--run-dir", tmp_path / "again", "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert _rounds(tmp_path / "again") == _rounds(reference_run)
+
+
+def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run, tmp_path):
+    killed = _testbed("run", scenario_file, "--run-dir", tmp_path / "run", "--quiet",
+                      env_extra={KILL_AFTER_RECORDS: "2"})
+    assert killed.returncode == -9
+
+    resumed = _testbed("resume", tmp_path / "run", "--quiet")
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert _rounds(tmp_path / "run") == _rounds(reference_run)
