@@ -54,38 +54,71 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from testbed.execute import start_run
-    from testbed.loading import load_scenario
+    from testbed.execute import default_run_dir, start_run
+    from testbed.loading import load_raw, validate_raw
+    from testbed.sweep import run_sweep
 
-    scenario = load_scenario(args.file, args.overrides)
-    run = start_run(scenario, args.file, args.run_dir, args.quiet)
+    raw = load_raw(args.file, args.overrides)
+    scenario = validate_raw(raw, args.file, args.overrides)
+    if scenario.sweep is not None:
+        run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet)
+        _print_sweep_outcome(run)
+    else:
+        run = start_run(scenario, args.file, args.run_dir, args.quiet)
     print(f"report: {run.report_dir / 'index.html'}")
     return 0
+
+
+def _print_sweep_outcome(run) -> None:
+    summary = run.read_summary()
+    print(f"sweep: {summary['completed']} variants completed, {summary['failed']} failed")
+    for slug, result in summary["variants"].items():
+        if result["status"] == "failed":
+            print(f"  failed {slug}: {result['error']}")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from testbed.execute import preflight
     from testbed.loading import load_scenario
 
+    from testbed.loading import load_raw
+    from testbed.sweep import expand_variants
+
     for file in args.files:
-        preflight(load_scenario(file, args.overrides), file)
-        print(f"{file}: ok")
+        scenario = load_scenario(file, args.overrides)
+        preflight(scenario, file)
+        if scenario.sweep is not None:
+            print(f"{file}: ok ({len(expand_variants(load_raw(file, args.overrides), file))} variants)")
+        else:
+            print(f"{file}: ok")
     return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from testbed.execute import resume_run
+    from testbed.loading import validate_raw
+    from testbed.run import RunFolder
+    from testbed.sweep import run_sweep
 
-    run = resume_run(args.run_dir, args.quiet)
+    folder = RunFolder.open(args.run_dir)
+    raw = folder.read_config()
+    if raw.get("sweep"):
+        run = run_sweep(raw, validate_raw(raw, str(folder.config_path)), str(folder.config_path), folder.path, args.quiet)
+        _print_sweep_outcome(run)
+    else:
+        run = resume_run(args.run_dir, args.quiet)
     print(f"report: {run.report_dir / 'index.html'}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from testbed.report import render_report
+    from testbed.report.sweep import render_sweep_report
     from testbed.run import RunFolder
 
-    print(f"report: {render_report(RunFolder.open(args.run_dir))}")
+    folder = RunFolder.open(args.run_dir)
+    render = render_sweep_report if folder.read_config().get("sweep") else render_report
+    print(f"report: {render(folder)}")
     return 0
 
 

@@ -61,13 +61,17 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
     node[parts[-1]] = value
 
 
-def load_scenario(path: str | Path, overrides: typing.Sequence[str] = ()) -> Scenario:
-    """Read, override and fully validate a scenario file."""
-    path = Path(path)
-    raw = read_yaml(path)
+def load_raw(path: str | Path, overrides: typing.Sequence[str] = ()) -> dict[str, Any]:
+    """Read a scenario file and apply overrides, without validating."""
+    raw = read_yaml(Path(path))
     for override in overrides:
         apply_override(raw, override)
-    return validate_raw(raw, source=str(path), overrides=overrides)
+    return raw
+
+
+def load_scenario(path: str | Path, overrides: typing.Sequence[str] = ()) -> Scenario:
+    """Read, override and fully validate a scenario file."""
+    return validate_raw(load_raw(path, overrides), source=str(path), overrides=overrides)
 
 
 def validate_raw(raw: dict[str, Any], source: str, overrides: typing.Sequence[str] = ()) -> Scenario:

@@ -86,6 +86,18 @@ class ReportConfig(StrictModel):
     trackers: list[Literal["tensorboard", "mlflow"]] = Field(default_factory=list)
 
 
+class SweepConfig(StrictModel):
+    """Many variants of one scenario, run in parallel, each in its own sub-run folder.
+
+    ``grid`` maps dotted keys to lists of values (their product is taken); ``variants`` lists
+    override mappings; with both, every variant is combined with every grid point.
+    """
+
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    variants: list[dict[str, Any]] = Field(default_factory=list)
+    parallel: int | None = Field(None, gt=0, description="variants at once; default: CPUs / 2")
+
+
 class Scenario(StrictModel):
     """A whole scenario file: one run of one kind, with one root seed."""
 
@@ -99,6 +111,7 @@ class Scenario(StrictModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
     federated: FederatedConfig | None = None
+    sweep: SweepConfig | None = None
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -1,0 +1,127 @@
+"""Sweeps: expand a ``sweep:`` block into variant scenarios and run them in parallel.
+
+Each variant is an ordinary run in ``<sweep>/variants/<slug>/`` (its scenario beside it as
+``<slug>.yaml``), executed as its own ``testbed``
+process so that a variant that crashes (or starts and stops its own Ray, as Flower does) cannot
+take the others down. On the ``local`` engine variants run side by side on this machine; on the
+``ray`` engine each variant is a Ray task placed on some node of the cluster (the run folder must
+then be on a filesystem every node sees, as on a Slurm cluster). Running or resuming a sweep again
+skips the variants that completed.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from testbed.errors import UserError
+from testbed.execute import preflight
+from testbed.loading import apply_override, validate_raw
+from testbed.run import RunFolder, atomic_write
+from testbed.scenario import Scenario
+
+
+def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
+    """Every variant of a sweep as ``{slug: raw scenario}``, each validated as a run would be."""
+    sweep = raw.get("sweep") or {}
+    base = {k: v for k, v in raw.items() if k != "sweep"}
+    grid = sweep.get("grid") or {}
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    variants: dict[str, dict[str, Any]] = {}
+    for extra in sweep.get("variants") or [{}]:
+        for point in points:
+            overrides = {**extra, **point}
+            slug = variant_slug(overrides)
+            variant = copy.deepcopy(base)
+            for key, value in overrides.items():
+                apply_override(variant, f"{key}={json.dumps(value)}")
+            variant["name"] = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{base.get('name', 'sweep')}-{slug}")[:120]
+            label = f"{source} (sweep variant {slug})"
+            preflight(validate_raw(variant, source=label), label)
+            variants[slug] = variant
+    return variants
+
+
+def variant_slug(overrides: dict[str, Any]) -> str:
+    """A folder name that says what the variant changes, e.g. ``strategy.name=krum,seed=1``."""
+    if not overrides:
+        return "base"
+    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={_short(value)}" for key, value in overrides.items()]
+    return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return value.get("name", json.dumps(value, sort_keys=True))
+    return str(value)
+
+
+def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool) -> RunFolder:
+    """Run (or continue) every variant; failures are recorded, not raised."""
+    variants = expand_variants(raw, source)
+    sweep_run = _open_sweep_folder(run_dir, raw)
+    (sweep_run.path / "variants").mkdir(exist_ok=True)
+    for slug, variant in variants.items():
+        atomic_write(sweep_run.path / "variants" / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
+    tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine.type) for slug in variants]
+    results = _place(tasks, scenario, quiet)
+    statuses = {slug: result for slug, result in zip(variants, results)}
+    sweep_run.write_summary({"name": scenario.name, "kind": "sweep", "variants": statuses,
+                             "completed": sum(r["status"] == "completed" for r in statuses.values()),
+                             "failed": sum(r["status"] == "failed" for r in statuses.values())})
+    from testbed.report.sweep import render_sweep_report
+
+    render_sweep_report(sweep_run)
+    return sweep_run
+
+
+def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
+    """A new sweep folder, or the same sweep's folder again (then finished variants are skipped)."""
+    existing = RunFolder(run_dir)
+    if existing.config_path.is_file():
+        if existing.read_config() != raw:
+            raise UserError(f"{run_dir}: holds a different sweep; use another --run-dir")
+        return existing
+    return RunFolder.create(run_dir, raw)
+
+
+def _place(tasks: list[tuple[str, str]], scenario: Scenario, quiet: bool) -> list[dict[str, Any]]:
+    parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
+    if scenario.engine.type == "ray":
+        from testbed.engines import make_engine
+
+        with make_engine(scenario.engine, parallel_tasks=len(tasks), quiet=True) as engine:
+            return engine.map(run_variant, tasks)
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        return list(pool.map(lambda task: run_variant(*task), tasks))
+
+
+def run_variant(folder: str, engine_type: str) -> dict[str, Any]:
+    """Run one variant in its own ``testbed`` process (resume it if it started before)."""
+    run = RunFolder(folder)
+    if run.completed:
+        return {"status": "completed", "skipped": True, "final_metrics": run.read_summary()["final_metrics"]}
+    if run.config_path.is_file():
+        command = ["resume", folder]
+    else:
+        command = ["run", f"{folder}.yaml", "--run-dir", folder]
+    env = {**os.environ, "CI": os.environ.get("CI", "1")}
+    if engine_type == "local":
+        env.pop("RAY_ADDRESS", None)  # a local variant starts its own Ray, never joins one
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", *command, "--quiet"], env=env,
+                          capture_output=True, text=True)
+    if done.returncode == 0 and run.completed:
+        return {"status": "completed", "skipped": False, "final_metrics": run.read_summary()["final_metrics"]}
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    error = lines[-1] if lines else f"killed by signal {-done.returncode}" if done.returncode < 0 else "no output"
+    return {"status": "failed", "exit_code": done.returncode, "error": error}

@@ -1,0 +1,65 @@
+"""Sweeps: variants in parallel sub-run folders, failures isolated, reruns skip finished variants."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from testbed.faults import KILL_AFTER_RECORDS
+from testbed.sweep import expand_variants, variant_slug
+from tests.conftest import TINY_SCENARIO
+
+SWEEP = {
+    **TINY_SCENARIO,
+    "workload": {"name": "classifier", "arch": "mlp", "hidden": 8},
+    "training": {"steps": 8, "eval_every": 4, "checkpoint_every": 4},
+    "sweep": {"grid": {"seed": [1, 2]}, "variants": [{"training.steps": 8}, {"training.steps": 16}], "parallel": 2},
+}
+
+
+def _testbed(*args, env_extra=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_grid_and_variants_expand_to_their_product():
+    variants = expand_variants(SWEEP, "s.yaml")
+    assert sorted(variants) == sorted(variant_slug({"training.steps": s, "seed": seed})
+                                      for s in (8, 16) for seed in (1, 2))
+    assert {v["seed"] for v in variants.values()} == {1, 2}
+    assert all("sweep" not in v for v in variants.values())
+
+
+def test_a_bad_variant_is_refused_before_anything_runs(cli, write_scenario, tmp_path):
+    path = write_scenario({**SWEEP, "sweep": {"grid": {"training.steps": [8, -1]}}})
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "sweep", "--quiet")
+    assert code == 2 and "sweep variant" in err and "training.steps" in err
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_scenario, tmp_path):
+    path = write_scenario(SWEEP)
+    sweep_dir = tmp_path / "sweep"
+
+    # Every variant process dies at its 3rd record: the 8-step variants (2 records) finish, the 16-step ones do not.
+    first = _testbed("run", path, "--run-dir", sweep_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "3"})
+
+    assert first.returncode == 0, first.stderr
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    statuses = {slug: r["status"] for slug, r in summary["variants"].items()}
+    assert sorted(statuses.values()) == ["completed", "completed", "failed", "failed"]
+    assert all(("steps=16" in slug) == (status == "failed") for slug, status in statuses.items())
+    assert "2 variants completed, 2 failed" in first.stdout and "killed by signal 9" in first.stdout
+
+    second = _testbed("run", path, "--run-dir", sweep_dir, "--quiet")
+
+    assert second.returncode == 0, second.stderr
+    results = json.loads((sweep_dir / "summary.json").read_text())["variants"]
+    assert all(r["status"] == "completed" for r in results.values())
+    assert {slug: r["skipped"] for slug, r in results.items()} == {slug: "steps=8" in slug for slug in results}
+    page = (sweep_dir / "report" / "index.html").read_text()
+    assert "Means over seeds" in page and "sweep-curves.png" in page
+
