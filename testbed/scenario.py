@@ -69,6 +69,8 @@ class DataConfig(StrictModel):
     test_fraction: float = Field(0.25, gt=0, lt=1)
     num_clients: int = Field(1, gt=0, description="clients (federated) or nodes (decentralized)")
     partition: PartitionConfig = Field(default_factory=IidPartition)
+    replicate: int = Field(1, gt=0, description="repeat the training split k times before partitioning, "
+                                                 "so scale tests can have more clients than samples")
 
 
 class TrainingConfig(StrictModel):

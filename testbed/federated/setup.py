@@ -69,6 +69,10 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
     seeds = SeedTree(scenario.seed)
     train, test = train_test_split(load_selected(scenario.data), scenario.data.test_fraction,
                                    seeds.integer("data.split"))
+    if scenario.data.replicate > 1:
+        repeat = scenario.data.replicate
+        train = Dataset(train.name, np.tile(train.x, (repeat,) + (1,) * (train.x.ndim - 1)), np.tile(train.y, repeat),
+                        train.num_classes, train.image_shape)
     root = None
     if scenario.federated.strategy.name == "fltrust":
         from testbed.federated.strategies import FLTrustConfig  # the strategies module imports this one

@@ -1,0 +1,151 @@
+"""Federated benchmarks, side by side in one run (not tests; numbers depend on the machine).
+
+1. The same FedAvg scenario through `testbed run` and written directly against Flower's
+   `run_simulation` (same model, data and partitions): wall-time ratio, target <= 1.1.
+2. Server aggregation time of SDEA against FedAvg at 10, 50 and 100 clients (the aggregation math
+   alone, on perturbed copies of the digits CNN).
+3. With ``--scale N [N ...]``: one round of FedAvg with N clients through the testbed, reporting the
+   clients that actually trained, wall time and peak memory of the process tree.
+
+    python benchmarks/bench_federated.py [--rounds 3] [--clients 10] [--scale 1000 5000 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+SCENARIO = {
+    "name": "bench-fedavg", "kind": "federated", "seed": 0,
+    "engine": {"type": "local", "num_cpus": 2},
+    "data": {"dataset": "digits", "num_clients": 10, "partition": {"type": "iid"}},
+    "workload": {"name": "classifier", "arch": "cnn", "hidden": 32},
+    "federated": {"rounds": 3, "local_epochs": 1, "proximal_mu": 0.0, "strategy": {"name": "fedavg"}},
+}
+
+RAW_FLOWER = '''
+import json, sys, torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+from flwr.simulation import run_simulation
+from testbed.loading import validate_raw
+from testbed.federated.setup import federation_setup
+from testbed.workloads.classifier import ClassifierConfig, build_classifier, evaluate_model, make_optimizer, train_epochs
+
+scenario = validate_raw(json.loads(sys.argv[1]), "bench")
+rounds, n = scenario.federated.rounds, scenario.data.num_clients
+client = ClientApp()
+
+@client.train()
+def train(msg: Message, context: Context) -> Message:
+    setup = federation_setup(scenario)
+    data = setup.client_data(int(context.node_config["partition-id"]))
+    model = build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    train_epochs(model, make_optimizer(model, ClassifierConfig(arch="cnn", hidden=32)), data, 1, 32, torch.Generator().manual_seed(0))
+    metrics = MetricRecord({"num-examples": len(data.y)})
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+
+server = ServerApp()
+
+@server.main()
+def main(grid: Grid, context: Context) -> None:
+    setup = federation_setup(scenario)
+    model = build_classifier(ClassifierConfig(arch="cnn", hidden=32), setup.train)
+    def evaluate(server_round, arrays):
+        model.load_state_dict(arrays.to_torch_state_dict())
+        return MetricRecord(evaluate_model(model, setup.test))
+    FedAvg(fraction_evaluate=0.0, min_available_nodes=n).start(
+        grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds, evaluate_fn=evaluate)
+
+run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
+'''
+
+
+def timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def testbed_vs_flower(rounds: int, clients: int) -> None:
+    scenario = {**SCENARIO, "data": {**SCENARIO["data"], "num_clients": clients},
+                "federated": {**SCENARIO["federated"], "rounds": rounds}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        ours = timed([sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", f"{tmp}/run", "--quiet"])
+        raw = timed([sys.executable, "-c", RAW_FLOWER, json.dumps(scenario)])
+    print(f"1. FedAvg, {clients} clients x {rounds} rounds: testbed {ours:.1f} s, raw Flower {raw:.1f} s, "
+          f"ratio {ours / raw:.2f} (target <= 1.1)")
+
+
+def aggregation_times() -> None:
+    from strategies.sdea import sdea_weights
+    from strategies.vectors import stack_states
+    from testbed.data import PublicDataConfig, augment_views, load_dataset, public_images
+    from testbed.seeding import SeedTree
+    from testbed.workloads.classifier import ClassifierConfig, build_classifier
+
+    data = load_dataset("digits")
+    model_fn = lambda: build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)  # noqa: E731
+    base = model_fn().state_dict()
+    public = torch.from_numpy(public_images(PublicDataConfig(size=512), (1, 8, 8), SeedTree(0).numpy("p")))
+    print("2. server aggregation time per round (s)")
+    print(f"   {'clients':>7} {'FedAvg':>10} {'SDEA':>10} {'ratio':>8}")
+    for n in (10, 50, 100):
+        states = [{k: v + 0.01 * torch.randn_like(v.float()).to(v.dtype) if v.is_floating_point() else v
+                   for k, v in base.items()} for _ in range(n)]
+        started = time.perf_counter()
+        stacked = stack_states(states)
+        weights = torch.full((n,), 1.0 / n)
+        _ = weights @ stacked
+        fedavg = time.perf_counter() - started
+        started = time.perf_counter()
+        sdea_weights(model_fn, states, public, augment_views, epochs=20, generator=torch.Generator().manual_seed(0))
+        sdea = time.perf_counter() - started
+        print(f"   {n:>7} {fedavg:>10.4f} {sdea:>10.2f} {sdea / fedavg:>8.0f}")
+
+
+def scale(clients: list[int]) -> None:
+    print("3. one FedAvg round with N clients through the testbed")
+    for n in clients:
+        scenario = {**SCENARIO, "data": {**SCENARIO["data"], "num_clients": n, "replicate": -(-n // 1000)},
+                    "workload": {"name": "classifier", "arch": "mlp", "hidden": 16},
+                    "federated": {**SCENARIO["federated"], "rounds": 1}}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "s.yaml"
+            path.write_text(yaml.safe_dump(scenario))
+            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            seconds = timed([sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", f"{tmp}/run", "--quiet"])
+            peak_mb = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+            record = json.loads(Path(f"{tmp}/run/metrics.jsonl").read_text().splitlines()[-1])
+        print(f"   N={n:>6}: trained {record['clients_trained']}/{record['clients_requested']} clients, "
+              f"{seconds:.0f} s, peak RSS of one process {peak_mb:.0f} MB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--scale", type=int, nargs="*", default=[])
+    args = parser.parse_args()
+    testbed_vs_flower(args.rounds, args.clients)
+    aggregation_times()
+    if args.scale:
+        scale(args.scale)
+
+
+if __name__ == "__main__":
+    main()
