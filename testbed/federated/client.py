@@ -9,6 +9,7 @@ plays the omniscient adversary (see `testbed.federated.server`).
 from __future__ import annotations
 
 import json
+import time
 from functools import lru_cache
 
 import torch
@@ -60,6 +61,7 @@ def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
     partition_id = int(context.node_config[PARTITION_KEY])
     setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
     server_round = int(msg.content["config"]["server-round"])
+    inject_fault(setup, partition_id, server_round)
     data = poisoned_client_data(scenario_json, partition_id)
     generator = setup.seeds.child(f"client.{partition_id}").torch(f"round.{server_round}")
     with single_threaded():
@@ -67,6 +69,21 @@ def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
                              setup.scenario.federated.local_epochs, generator, setup.scenario.federated.proximal_mu)
     metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+
+
+class InjectedClientFault(RuntimeError):
+    """Raised by a client chosen by ``federated.faults`` (kind: raise)."""
+
+
+def inject_fault(setup: FederationSetup, partition_id: int, server_round: int) -> None:
+    """Make this client fail as ``federated.faults`` asks, from its ``from_round`` on."""
+    faults = setup.scenario.federated.faults
+    if faults is None or partition_id not in setup.faulty or server_round < faults.from_round:
+        return
+    if faults.kind == "hang":
+        time.sleep(faults.hang_s)
+        return
+    raise InjectedClientFault(f"client {partition_id} fails in round {server_round} (federated.faults)")
 
 
 def make_client_app(scenario: Scenario) -> ClientApp:

@@ -12,6 +12,8 @@ federated:
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from testbed.config import PluginSpec, StrictModel
@@ -30,6 +32,15 @@ class ClientResources(StrictModel):
     num_gpus: float = Field(0.0, ge=0)
 
 
+class ClientFaults(StrictModel):
+    """Fault injection: some clients raise or hang from a given round on (to test fault tolerance)."""
+
+    fraction: float = Field(0.1, gt=0, le=1, description="share of clients that fail")
+    from_round: int = Field(1, gt=0)
+    kind: Literal["raise", "hang"] = "raise"
+    hang_s: float = Field(30.0, gt=0, description="how long a hanging client sleeps before replying")
+
+
 class FederatedConfig(StrictModel):
     """Rounds, local training and the server's strategy of a federated scenario."""
 
@@ -39,5 +50,6 @@ class FederatedConfig(StrictModel):
     strategy: PluginSpec = Field(default_factory=lambda: PluginSpec(name="fedavg"))
     attack: AttackBlock | None = None
     client_resources: ClientResources = Field(default_factory=ClientResources)
+    faults: ClientFaults | None = None
     checkpoint_every: int = Field(1, gt=0, description="rounds between checkpoints")
     round_timeout_s: float = Field(600, gt=0, description="a round waits this long for its clients")

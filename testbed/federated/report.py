@@ -41,7 +41,8 @@ class RobustnessSection(ReportSection):
             return "<p>No rounds recorded.</p>"
         strategy = ((data.config.get("federated") or {}).get("strategy") or {}).get("name", "?")
         rows = [("strategy", strategy), ("final test accuracy", rounds[-1].get("test_accuracy", math.nan)),
-                ("clients trained per round (min)", min(r["clients_trained"] for r in rounds))]
+                ("clients trained per round (min)", min(r["clients_trained"] for r in rounds)),
+                ("client failures (all rounds)", sum(r.get("clients_failed", 0) for r in rounds))]
         for key, label in (("malicious_weight", "weight on Byzantine clients (mean)"),
                            ("detection_precision", "detection precision (mean)"),
                            ("detection_recall", "detection recall (mean)"),

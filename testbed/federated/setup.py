@@ -31,6 +31,7 @@ class FederationSetup:
     root: Dataset | None  # the server's small clean set (FLTrust), carved out before partitioning
     partitions: tuple[np.ndarray, ...]
     malicious: frozenset[int]
+    faulty: frozenset[int]  # clients that raise or hang (fault injection)
 
     @property
     def seeds(self) -> SeedTree:
@@ -81,7 +82,8 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
         train, root = _carve(train, root_size, seeds.numpy("federated.root"))
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
                                    seeds.numpy("data.partition"))
-    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario))
+    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario),
+                           faulty_clients(scenario))
 
 
 def malicious_clients(scenario: Scenario) -> frozenset[int]:
@@ -89,6 +91,14 @@ def malicious_clients(scenario: Scenario) -> frozenset[int]:
     attack = scenario.federated.attack
     count = round(attack.fraction * scenario.data.num_clients) if attack else 0
     rng = SeedTree(scenario.seed).numpy("federated.malicious")
+    return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
+
+
+def faulty_clients(scenario: Scenario) -> frozenset[int]:
+    """Clients that fail on purpose (``federated.faults``), drawn from the root seed."""
+    faults = scenario.federated.faults
+    count = max(1, round(faults.fraction * scenario.data.num_clients)) if faults else 0
+    rng = SeedTree(scenario.seed).numpy("federated.faulty")
     return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
 
 

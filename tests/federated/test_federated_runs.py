@@ -80,3 +80,16 @@ def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run
 
     assert resumed.returncode == 0, resumed.stderr
     assert _rounds(tmp_path / "run") == _rounds(reference_run)
+
+
+def test_failing_clients_do_not_stop_a_round(write_scenario, tmp_path):
+    faulty = {**FEDERATED, "federated": {**FEDERATED["federated"], "attack": None,
+                                         "faults": {"fraction": 0.25, "from_round": 2, "kind": "raise"}}}
+
+    done = _testbed("run", write_scenario(faulty), "--run-dir", tmp_path / "run", "--quiet")
+
+    assert done.returncode == 0, done.stderr
+    rounds = _rounds(tmp_path / "run")
+    assert [(r["clients_trained"], r["clients_failed"]) for r in rounds] == [(4, 0), (3, 1), (3, 1)]
+    assert rounds[-1]["test_accuracy"] > rounds[0]["test_accuracy"]  # aggregation went on with the rest
+    assert "client failures (all rounds)" in (tmp_path / "run" / "report" / "index.html").read_text()
