@@ -181,16 +181,17 @@ def _valid_keys(model: type[BaseModel], loc: Loc) -> list[str]:
 
 
 def _unwrap(annotation: Any) -> Any:
+    """The model class (or tuple of union members) behind a field annotation, if any."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-    if typing.get_origin(annotation) is typing.Annotated:
-        return _unwrap(args[0])
     if len(models) > 1:
         return tuple(models)
     if models:
         return models[0]
     if args and typing.get_origin(annotation) is list:
-        return _unwrap(args[0]) if not (isinstance(args[0], type) and issubclass(args[0], BaseModel)) else args[0]
+        return _unwrap(args[0])
     return annotation
 
 

@@ -17,7 +17,6 @@ from testbed.config import PluginSpec, StrictModel
 from testbed.data.partition import IidPartition, PartitionConfig
 from testbed.federated.config import FederatedConfig
 
-KINDS = ("workload", "federated", "decentralized", "pretrain")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
