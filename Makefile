@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/testbed run scenarios/quickstart.yaml
+	$(BIN)/testbed run scenarios/federated/sdea-quick.yaml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
