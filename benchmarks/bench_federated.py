@@ -69,7 +69,7 @@ def main(grid: Grid, context: Context) -> None:
     FedAvg(fraction_evaluate=0.0, min_available_nodes=n).start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds, evaluate_fn=evaluate)
 
-run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 2}})
+run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"address": "local", "num_cpus": 2}})
 '''
 
 

@@ -83,8 +83,10 @@ class LocalRayEngine(_RayEngine):
         self.num_cpus = num_cpus or os.cpu_count() or 1
 
     def _init_args(self) -> dict[str, Any]:
-        # No dashboard: it would listen on a port and adds seconds to start-up.
-        return {"num_cpus": self.num_cpus, "include_dashboard": False}
+        # No dashboard: it would listen on a port and adds seconds to start-up. address "local":
+        # without it ray.init joins whatever cluster /tmp/ray/ray_current_cluster names (a
+        # `testbed cluster up` or `ray start --head` on this machine) instead of starting Ray here.
+        return {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
 
 
 class RayClusterEngine(_RayEngine):

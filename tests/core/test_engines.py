@@ -83,3 +83,12 @@ def _node_of_task(sleep_s: float) -> str:
 
     time.sleep(sleep_s)
     return ray.get_runtime_context().get_node_id()
+
+
+def test_local_engine_starts_its_own_ray_even_beside_a_running_cluster(cli, write_scenario, tmp_path,
+                                                                       three_node_cluster):
+    code, _, err = cli("run", write_scenario({"engine": {"type": "local", "num_cpus": 1, "use_ray": "always"}}),
+                       "--run-dir", tmp_path / "run", "--quiet")
+    assert code == 0, err
+    engine = json.loads((tmp_path / "run" / "summary.json").read_text())["engine"]
+    assert engine == {"type": "local", "nodes": 1, "cpus": 1.0}
