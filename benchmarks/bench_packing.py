@@ -7,6 +7,14 @@ of L = 2048 tokens, end to end (chunking, bin packing, building the segment list
   concat           concatenate-then-split, O(N)
   best_fit_scan    textbook Best-Fit Decreasing scanning every open bin, O(N * bins);
                    only up to --scan-max documents, since it is quadratic
+  trl_bfd_split*   RE-IMPLEMENTATION of Hugging Face TRL's pack_dataset(strategy="bfd_split"):
+                   best-fit decreasing per 1,000-row map batch (TRL's effective default)
+  lf_knapsack*     RE-IMPLEMENTATION of LLaMA-Factory's greedy_knapsack: ascending sort, fill one
+                   sequence at a time with the largest item that fits; list.pop makes it O(N^2),
+                   so only up to --knapsack-max documents
+The two starred packers are written from the libraries' descriptions (benchmarks/peer_packers.py),
+since neither library is installed; they receive the same chunks as best_fit (the real
+LLaMA-Factory drops over-long examples instead of chunking them).
 
 Prints one table: time per document, documents per second, time relative to best_fit, and the
 packing quality (extra sequences over ceil(tokens / L), share of documents truncated).
@@ -22,7 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from testbed.pretrain.bin_packing import reference_best_fit_pack
+from peer_packers import llamafactory_style_greedy_knapsack, trl_style_bfd_split
+from testbed.pretrain.bin_packing import Bins, reference_best_fit_pack
 from testbed.pretrain.packing import PackingStats, Segment, pack_documents, split_into_chunks
 from testbed.pretrain.synthetic_documents import lognormal_document_lengths
 
@@ -30,22 +39,27 @@ DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 HUGE_SIZE = 10_000_000
 
 
-def pack_with_scan(lengths: np.ndarray, capacity: int) -> list[list[Segment]]:
-    """Best-fit packing through the O(N * bins) reference, in the same output form."""
-    chunks = split_into_chunks(lengths, capacity)
-    ends = chunks.starts + chunks.lengths
-    return [[Segment(int(chunks.doc_ids[i]), int(chunks.starts[i]), int(ends[i])) for i in bin_items]
-            for bin_items in reference_best_fit_pack(chunks.lengths, capacity)]
+def chunk_then(packer: Callable[[np.ndarray, int], Bins]) -> Callable[[np.ndarray, int], list[list[Segment]]]:
+    """Step 1 of Best-fit Packing (chunking), then ``packer`` over the chunks, in the same output form."""
+    def pack(lengths: np.ndarray, capacity: int) -> list[list[Segment]]:
+        chunks = split_into_chunks(lengths, capacity)
+        ends = chunks.starts + chunks.lengths
+        return [[Segment(int(chunks.doc_ids[i]), int(chunks.starts[i]), int(ends[i])) for i in bin_items]
+                for bin_items in packer(chunks.lengths, capacity)]
+    return pack
 
 
-def packers(scan_max: int, n_documents: int) -> dict[str, Callable[[np.ndarray, int], list[list[Segment]]]]:
+def packers(scan_max: int, knapsack_max: int, n_documents: int) -> dict[str, Callable[[np.ndarray, int], list[list[Segment]]]]:
     """The methods to time at this size."""
     methods: dict[str, Callable[[np.ndarray, int], list[list[Segment]]]] = {
         name: (lambda lengths, capacity, name=name: pack_documents(lengths, capacity, name))
         for name in ("best_fit", "first_fit", "concat")
     }
+    methods["trl_bfd_split*"] = chunk_then(trl_style_bfd_split)
+    if n_documents <= knapsack_max:
+        methods["lf_knapsack*"] = chunk_then(llamafactory_style_greedy_knapsack)
     if n_documents <= scan_max:
-        methods["best_fit_scan"] = pack_with_scan
+        methods["best_fit_scan"] = chunk_then(reference_best_fit_pack)
     return methods
 
 
@@ -67,6 +81,7 @@ def main() -> None:
     parser.add_argument("--huge", action="store_true", help=f"also run {HUGE_SIZE:,} documents (about 3 minutes, 4 GB)")
     parser.add_argument("--capacity", type=int, default=2048)
     parser.add_argument("--scan-max", type=int, default=10_000, help="largest size for best_fit_scan")
+    parser.add_argument("--knapsack-max", type=int, default=100_000, help="largest size for lf_knapsack*")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     sizes = [*args.sizes, HUGE_SIZE] if args.huge else args.sizes
@@ -75,14 +90,14 @@ def main() -> None:
              f"{'sequences':>10} {'extra seq':>10} {'truncated':>9}"
     print(f"L = {args.capacity}, log-normal lengths (median 450, mean 825), seed {args.seed}")
     warm_up = lognormal_document_lengths(2_000, np.random.default_rng(args.seed))
-    for pack in packers(args.scan_max, len(warm_up)).values():  # first calls pay for imports and caches
+    for pack in packers(args.scan_max, args.knapsack_max, len(warm_up)).values():  # first calls pay for imports and caches
         pack(warm_up, args.capacity)
     print(header)
     print("-" * len(header))
     for n_documents in sizes:
         lengths = lognormal_document_lengths(n_documents, np.random.default_rng(args.seed))
         best_fit_seconds = None
-        for name, pack in packers(args.scan_max, n_documents).items():
+        for name, pack in packers(args.scan_max, args.knapsack_max, n_documents).items():
             seconds, stats = time_packing(pack, lengths, args.capacity)
             best_fit_seconds = best_fit_seconds or seconds
             print(f"{n_documents:>10,} {name:<14} {seconds:>8.3f} {1e6 * seconds / n_documents:>8.2f} "

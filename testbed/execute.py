@@ -29,10 +29,11 @@ def preflight(scenario: Scenario, source: str) -> None:
     if scenario.kind not in RUNNERS:
         raise ScenarioError(f"{source}: kind: '{scenario.kind}' has no runner in this version; "
                             f"available: {', '.join(sorted(RUNNERS))}")
-    RUNNERS[scenario.kind].check(scenario, source)
-    if scenario.engine.type in ("deepspeed", "mpi"):
+    engines = RUNNERS[scenario.kind].engines
+    if scenario.engine.type not in engines:
         raise ScenarioError(f"{source}: engine.type: '{scenario.engine.type}' does not run kind "
-                            f"'{scenario.kind}'; use local or ray")
+                            f"'{scenario.kind}'; use {' or '.join(engines)}")
+    RUNNERS[scenario.kind].check(scenario, source)
     check_trackers(list(scenario.report.trackers), source)
     preflight_engine(scenario.engine, source)
 

@@ -15,6 +15,8 @@ from pydantic import Field, field_validator
 
 from testbed.config import PluginSpec, StrictModel
 from testbed.data.partition import IidPartition, PartitionConfig
+from testbed.decentralized.config import DecentralizedConfig
+from testbed.pretrain.config import PretrainConfig
 from testbed.federated.config import FederatedConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -110,8 +112,10 @@ class Scenario(StrictModel):
     data: DataConfig = Field(default_factory=DataConfig)
     workload: PluginSpec | None = None
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    pretrain: PretrainConfig | None = None
     report: ReportConfig = Field(default_factory=ReportConfig)
     federated: FederatedConfig | None = None
+    decentralized: DecentralizedConfig | None = None
     sweep: SweepConfig | None = None
 
     @field_validator("engine", mode="before")

@@ -59,6 +59,18 @@ class InProcessEngine(Engine):
         return [fn(*args) for args in arg_tuples]
 
 
+class LauncherEngine(InProcessEngine):
+    """For the ``deepspeed`` engine: the runner starts the launcher itself (see
+    `testbed.pretrain.launch`); calls made through this engine run in the driver."""
+
+    def __init__(self, config: EngineConfig):
+        self.name = config.type
+        self.config = config
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.name, "num_procs": self.config.num_procs}
+
+
 def make_engine(config: EngineConfig, parallel_tasks: int, quiet: bool = False) -> Engine:
     """The engine a scenario's ``engine:`` block asks for.
 
@@ -72,6 +84,12 @@ def make_engine(config: EngineConfig, parallel_tasks: int, quiet: bool = False) 
         return LocalRayEngine(config.num_cpus, quiet) if wants_ray else InProcessEngine()
     if config.type == "ray":
         return RayClusterEngine(config.address, config.num_cpus_per_task, quiet)
+    if config.type == "deepspeed":
+        return LauncherEngine(config)
+    if config.type == "mpi":
+        from testbed.engines.mpi_engine import MpiEngine
+
+        return MpiEngine(config.num_procs, config.hosts, quiet)
     raise UserError(f"engine.type: '{config.type}' runs only under its launcher and is not available for this kind yet")
 
 

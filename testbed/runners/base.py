@@ -35,6 +35,7 @@ class Runner(ABC):
     """Runs one kind of scenario from a fresh start or from the run folder's last checkpoint."""
 
     kind: ClassVar[str]
+    engines: ClassVar[tuple[str, ...]] = ("local", "ray")  # the engine types this kind runs on
 
     def check(self, scenario: Scenario, source: str) -> None:
         """Validation beyond the schema that needs no workers (raise `ScenarioError`)."""

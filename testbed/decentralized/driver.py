@@ -1,0 +1,177 @@
+"""The driver of a decentralized run: privacy plans, training in checkpointed chunks, results.
+
+Order of a run: (1) plan every algorithm's privacy (sigma calibrated from the target when unset,
+and the last step whose largest pairwise epsilon stays within the target) before anything is
+written, so an unreachable target fails as a user error with no run folder; (2) the Fig.-1
+comparison (accounting only); (3) each algorithm in turn, chunk by chunk on the chosen nodes
+backend, a checkpoint after every chunk; (4) its final pairwise epsilon matrix, its epsilon by
+distance and the canary audit. The checkpoint holds all of it, so a resumed run redoes nothing.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import networkx as nx
+import numpy as np
+import torch
+
+from testbed.decentralized import audit, comparison, privacy, steps
+from testbed.decentralized.backends import local_chunk
+from testbed.decentralized.config import DecentralizedConfig, PhaseSettings
+from testbed.decentralized.phase import PhaseArgs, build_phase, structure
+from testbed.decentralized.problem import Problem, build_graph
+from testbed.errors import ScenarioError
+from testbed.seeding import SeedTree
+from topologies import epsilon_by_distance
+
+
+def sensitivity(config: DecentralizedConfig) -> float:
+    """Sensitivity of a node's release in units of the clip C: C (add/remove) or 2C (replace)."""
+    return 1.0 if config.privacy.neighbouring == "add_remove" else 2.0
+
+
+def unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None = None) -> privacy.UnitRho:
+    """The accountant of ``settings.algorithm`` at sigma = 1 over its planned steps."""
+    config, walk, planned = problem.config, problem.walk, settings.steps
+    cap, rounds, gamma = structure(config, walk, planned)
+    delta_c = sensitivity(config)
+    if settings.algorithm == "random_walk":
+        return privacy.walk_unit_rho(walk, planned, cap, delta_c, keep)
+    if settings.algorithm == "gossip":
+        return privacy.gossip_unit_rho(walk, planned, rounds, gamma, delta_c, keep)
+    return privacy.local_dp_unit_rho(problem.n, planned, delta_c, keep)
+
+
+def plan(problem: Problem, settings: PhaseSettings, source: str) -> privacy.PrivacyPlan:
+    """The privacy plan of one algorithm (sigma, stopping step); a `ScenarioError` if impossible."""
+    config = problem.config
+    try:
+        return privacy.make_plan(settings.algorithm, unit_rho(problem, settings), settings.steps, config.sigma,
+                                 config.privacy.target_epsilon, config.privacy.delta, config.privacy.conversion,
+                                 sensitivity(config))
+    except ValueError as err:
+        raise ScenarioError(f"{source}: {err}") from None
+
+
+def phase_args(settings: PhaseSettings, the_plan: privacy.PrivacyPlan) -> PhaseArgs:
+    return PhaseArgs(settings.algorithm, settings.lr, the_plan.sigma, the_plan.stop, settings.steps, settings.eval_every)
+
+
+def record(algorithm: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPlan) -> dict[str, Any]:
+    """A metrics.jsonl record: the step, and the algorithm's metrics and epsilon, prefixed by it."""
+    step = metrics["step"]
+    values = {f"{algorithm}.{k}": v for k, v in metrics.items() if k != "step"}
+    return {"step": step, "algorithm": algorithm, **values, f"{algorithm}.epsilon": float(the_plan.epsilon[step])}
+
+
+def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
+    """Fig.-1 profiles of comparison topology ``index`` (the run's topology when none is listed)."""
+    from testbed.scenario import Scenario
+
+    scenario = Scenario.model_validate(scenario_data)
+    config, seeds = scenario.decentralized, SeedTree(scenario.seed)
+    specs = config.comparison.topologies
+    spec = specs[index].spec if specs else config.topology.spec
+    trials = 1 if "seed" in spec else config.comparison.trials
+    graphs = []
+    for trial in range(trials):
+        # Trial 0 of the run's own topology is the very graph the run trains on.
+        seed = scenario.seed if (not specs and trial == 0) else seeds.integer(f"comparison.{index}.{trial}")
+        graphs.append(build_graph(config, seed, spec))
+    result = comparison.profiles(graphs, config.comparison)
+    label = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+    result["name"] = np.array([f"{spec['name']} ({label})" if label else spec["name"]])
+    return result
+
+
+def finish(problem: Problem, settings: PhaseSettings, the_plan: privacy.PrivacyPlan, state: dict) -> dict[str, Any]:
+    """Final arrays and numbers of one algorithm: pairwise epsilon, its distance profile, audit."""
+    config = problem.config
+    stop, n = the_plan.stop, problem.n
+    if stop > 0:
+        unit = unit_rho(problem, settings, keep=stop)
+        eps = privacy.to_epsilon(unit.matrix, unit.local[stop], the_plan.sigma, config.privacy.delta,
+                                 config.privacy.conversion, unit.order_limited, sensitivity(config))
+        eps = np.broadcast_to(eps, (n, n)).copy()
+    else:
+        eps = np.zeros((n, n))
+    np.fill_diagonal(eps, 0.0)
+    profile = epsilon_by_distance(eps, problem.graph)
+    args = phase_args(settings, the_plan)
+    phase = build_phase(problem, args)
+    arrays = {"pairwise_epsilon": eps, "epsilon_curve": the_plan.epsilon, "distance": profile.distance,
+              "distance_mean": profile.mean, "distance_min": profile.minimum, "distance_max": profile.maximum}
+    numbers = {**the_plan.summary(), "epsilon_mean": float(eps[~np.eye(n, dtype=bool)].mean()),
+               **steps.evaluate(problem, phase, state)}
+    if phase.canaries:
+        audit_arrays = audit_pairs(problem, phase, state, eps)
+        arrays.update({f"audit_{k}": v for k, v in audit_arrays.items()})
+        numbers["audit_max_lower"] = float(audit_arrays["lower"].max())
+    return {"arrays": arrays, "numbers": numbers}
+
+
+def audit_pairs(problem: Problem, phase, state: dict, eps: np.ndarray) -> dict[str, np.ndarray]:
+    """Empirical lower bound for every pair (source, v) beside the accountant's upper bound."""
+    config, source = problem.config, phase.source
+    scores = state["attack_score"].numpy()
+    observers = np.array([v for v in range(problem.n) if v != source])
+    hops = nx.single_source_shortest_path_length(problem.graph, source)
+    lower = [audit.epsilon_lower_bound(scores if scores.ndim == 1 else scores[v], phase.inclusion.numpy(),
+                                       config.privacy.delta, config.audit.significance) for v in observers]
+    return {"observer": observers, "distance": np.array([hops[v] for v in observers]),
+            "lower": np.array(lower), "upper": eps[source, observers]}
+
+
+@contextmanager
+def nodes_backend(engine, scenario_data: dict, n: int) -> Iterator[Any]:
+    """The nodes backend of the engine: MPI ranks, Ray actors, or this process."""
+    if engine.name == "mpi":
+        from testbed.decentralized.mpi_nodes import mpi_chunk
+
+        yield lambda args, state, start, stop: engine.call(mpi_chunk, scenario_data, args, state, start, stop)
+    elif engine.ray_address is not None:
+        from testbed.decentralized.ray_nodes import RayNodes
+
+        with RayNodes(scenario_data, n) as hosts:
+            yield hosts.run_chunk
+    else:
+        yield lambda args, state, start, stop: engine.call(local_chunk, scenario_data, args, state, start, stop)
+
+
+def initial_state(problem: Problem, args: PhaseArgs) -> dict:
+    return steps.initial_state(problem, build_phase(problem, args))
+
+
+def evaluate(problem: Problem, args: PhaseArgs, state: dict) -> dict[str, float]:
+    return steps.evaluate(problem, build_phase(problem, args), state)
+
+
+def pack(saved: dict) -> dict:
+    """The run's progress as a checkpoint payload: torch's weights-only loader takes tensors, lists
+    and numbers, not numpy arrays, so the result arrays become tensors (strings become lists)."""
+    return {**saved, "done": _convert(saved["done"], _to_torch),
+            **({"comparison": _convert(saved["comparison"], _to_torch)} if "comparison" in saved else {})}
+
+
+def unpack(payload: dict) -> dict:
+    """Inverse of `pack`."""
+    return {**payload, "done": _convert(payload["done"], _to_numpy),
+            **({"comparison": _convert(payload["comparison"], _to_numpy)} if "comparison" in payload else {})}
+
+
+def _convert(value: Any, leaf) -> Any:
+    return {k: _convert(v, leaf) for k, v in value.items()} if isinstance(value, dict) else leaf(value)
+
+
+def _to_torch(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.array(value)) if value.dtype.kind in "biuf" else value.tolist()
+    return value
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    return np.array(value) if isinstance(value, list) else value

@@ -1,0 +1,131 @@
+"""The ``mpi`` engine: a pool of ``mpiexec -n N`` mpi4py ranks that run each call together (SPMD).
+
+`MpiEngine.start` launches ``mpiexec -n N python -m testbed.engines.mpi_worker HOST PORT`` and
+waits for rank 0 to connect back over an authenticated socket (`multiprocessing.connection`).
+`call(fn, *args)` sends ``(fn, args)`` to rank 0, which broadcasts it; every rank runs
+``fn(*args)`` (the function talks to its peers through ``mpi4py.MPI.COMM_WORLD``) and rank 0 sends
+its result back. The ranks live for the whole run, so a run pays the start-up of N Python
+processes once, not per chunk. A rank that raises prints its traceback and aborts the job; the
+driver then raises with the end of mpiexec's output.
+
+Launch recipe (what `start` runs; ``hosts`` adds ``-hosts h1,h2``)::
+
+    mpiexec -n 4 python -m testbed.engines.mpi_worker DRIVER_HOST PORT   # TESTBED_MPI_AUTHKEY in env
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Listener
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from testbed.engines.base import Engine
+from testbed.errors import UserError
+
+AUTHKEY_ENV = "TESTBED_MPI_AUTHKEY"
+CONNECT_TIMEOUT_S = 180.0
+
+
+def find_mpiexec() -> str:
+    """The mpiexec next to this Python (the PyPI ``mpich`` package puts it there), else on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    found = str(beside) if beside.is_file() else shutil.which("mpiexec")
+    if not found:
+        raise UserError("engine.type: 'mpi' needs mpiexec: pip install mpich mpi4py (the testbed's dependencies)")
+    return found
+
+
+class MpiEngine(Engine):
+    """Runs each call on all ranks of a persistent ``mpiexec`` job; returns rank 0's result."""
+
+    name = "mpi"
+
+    def __init__(self, num_procs: int, hosts: Sequence[str] = (), quiet: bool = False):
+        self.num_procs, self.hosts, self.quiet = num_procs, list(hosts), quiet
+        self._process: subprocess.Popen | None = None
+        self._connection = None
+        self._log = None
+
+    def start(self) -> None:
+        authkey = secrets.token_bytes(32)
+        host = socket.gethostname() if self.hosts else "127.0.0.1"
+        listener = Listener(("0.0.0.0" if self.hosts else host, 0), authkey=authkey)
+        command = [find_mpiexec(), "-n", str(self.num_procs)]
+        if self.hosts:
+            command += ["-hosts", ",".join(self.hosts)]
+        command += [sys.executable, "-m", "testbed.engines.mpi_worker", host, str(listener.address[1])]
+        self._log = tempfile.TemporaryFile()
+        env = {**os.environ, AUTHKEY_ENV: authkey.hex()}
+        self._process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            self._connection = self._accept(listener)
+        finally:
+            listener.close()
+
+    def _accept(self, listener: Listener):
+        """Wait for rank 0, failing early if mpiexec exits first."""
+        accepted: list = []
+        thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
+        thread.start()
+        waited = 0.0
+        while not accepted:
+            thread.join(0.2)
+            waited += 0.2
+            if self._process.poll() is not None or waited > CONNECT_TIMEOUT_S:
+                self.shutdown()
+                raise RuntimeError(f"mpiexec did not start its ranks: {self._output_tail()}")
+        return accepted[0]
+
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
+        return [self._call_all_ranks(fn, args) for args in arg_tuples]
+
+    def _call_all_ranks(self, fn: Callable[..., Any], args: tuple) -> Any:
+        try:
+            # Plain pickle: Connection.send would use torch's shared-memory reducers, whose file
+            # descriptors another process (rank 0) cannot fetch from this one.
+            self._connection.send_bytes(pickle.dumps((fn, args)))
+            status, value = pickle.loads(self._connection.recv_bytes())
+        except (EOFError, OSError):
+            self._stop_process()
+            raise RuntimeError(f"an MPI rank failed: {self._output_tail()}") from None
+        if status == "error":
+            raise RuntimeError(f"an MPI rank raised:\n{value}")
+        return value
+
+    def shutdown(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.send_bytes(pickle.dumps(None))
+            except OSError:
+                pass
+            self._connection.close()
+            self._connection = None
+        self._stop_process()
+
+    def _stop_process(self, timeout_s: float = 30.0) -> None:
+        """Wait for mpiexec to exit (it does once the ranks leave their loop), else kill it."""
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+    def _output_tail(self, chars: int = 3000) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-chars:]
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": self.name, "ranks": self.num_procs, "hosts": self.hosts or ["localhost"]}

@@ -1,0 +1,120 @@
+"""The ``pretrain:`` block of a scenario: corpus, tokenizer, packing, model and the DeepSpeed loop.
+
+Example (every key optional; the values shown are the defaults)::
+
+    pretrain:
+      corpus: {source: stdlib_code, path: null, max_documents: 2000, heldout_fraction: 0.05}
+      tokenizer: {vocab_size: 2048, train_documents: 2000}
+      context_length: 256
+      packing: {method: best_fit, buffer_size: null}   # best_fit | first_fit | concat | pad
+      attention_mask: document                          # document (block-diagonal) | causal
+      model: {layers: 2, d_model: 128, heads: 4, mlp_ratio: 4}
+      steps: 100
+      batch_size: 16          # sequences per optimizer step, summed over all processes
+      lr: 0.003
+      warmup_steps: 10
+      weight_decay: 0.1
+      grad_clip: 1.0
+      zero_stage: 0           # DeepSpeed ZeRO stage 0-3
+      precision: auto         # auto: bf16 on GPUs, fp32 on CPUs
+      eval_every: 20
+      eval_documents: 64
+      checkpoint_every: 50
+      threads_per_process: 1
+      ray_workers: 2          # training processes under engine `ray`
+
+This module may import only `testbed.config`, `testbed.errors` and pydantic (it is imported by the
+scenario schema).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from testbed.config import StrictModel
+
+CORPUS_SOURCES = ("stdlib_code", "stdlib_docs", "folder", "factrecall")
+
+
+class FactRecallCorpusConfig(StrictModel):
+    """The synthetic closed-domain corpus (`testbed.pretrain.factrecall`): facts early, recalls late."""
+
+    documents: int = Field(6000, gt=0, description="documents to generate (train and held-out together)")
+    people_per_document: int = Field(1, ge=1, le=4, description="people whose facts (3 each) a document states")
+    recalls_per_document: int = Field(2, ge=1, le=12, description="facts recalled at the end of a document")
+    min_filler: int = Field(2, ge=0, description="fewest filler sentences between the facts and the recalls")
+    max_filler: int = Field(14, ge=0, description="most filler sentences between the facts and the recalls")
+    eval_documents: int = Field(300, gt=0, description="held-out documents whose recalls are scored at the end")
+
+    @model_validator(mode="after")
+    def _filler_range(self) -> "FactRecallCorpusConfig":
+        if self.max_filler < self.min_filler:
+            raise ValueError("max_filler must be >= min_filler")
+        return self
+
+
+class CorpusConfig(StrictModel):
+    """Where the documents come from, and how many are held out for perplexity."""
+
+    source: Literal["stdlib_code", "stdlib_docs", "folder", "factrecall"] = "stdlib_code"
+    path: str | None = Field(None, description="folder of .txt files (one document each) and .jsonl files (one per line)")
+    text_field: str = Field("text", min_length=1, description="the field of a .jsonl line that holds the text")
+    max_documents: int | None = Field(2000, gt=0, description="read at most this many documents (null: all)")
+    heldout_fraction: float = Field(0.05, gt=0, lt=1, description="share of documents kept out of training")
+    factrecall: FactRecallCorpusConfig = Field(default_factory=FactRecallCorpusConfig)
+
+
+class TokenizerConfig(StrictModel):
+    """The byte-level BPE tokenizer trained on the training documents (saved in the run folder)."""
+
+    vocab_size: int = Field(2048, ge=300, le=65_536)
+    train_documents: int = Field(2000, gt=0, description="training documents the BPE merges are learned from")
+
+
+class PackingConfig(StrictModel):
+    """How documents become training sequences (`testbed.pretrain.packing`)."""
+
+    method: Literal["best_fit", "first_fit", "concat", "pad"] = "best_fit"
+    buffer_size: int | None = Field(None, gt=0, description="pack each run of this many documents on its own")
+
+
+class ModelConfig(StrictModel):
+    """A GPT-style decoder: pre-norm blocks, rotary positions, tied embeddings."""
+
+    layers: int = Field(2, gt=0)
+    d_model: int = Field(128, gt=0)
+    heads: int = Field(4, gt=0)
+    mlp_ratio: int = Field(4, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "ModelConfig":
+        if self.d_model % self.heads or (self.d_model // self.heads) % 2:
+            raise ValueError("d_model must be a multiple of heads, with an even head width (rotary embeddings)")
+        return self
+
+
+class PretrainConfig(StrictModel):
+    """Everything a ``kind: pretrain`` run needs beyond the engine and the seed."""
+
+    corpus: CorpusConfig = Field(default_factory=CorpusConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    context_length: int = Field(256, ge=8, le=65_536)
+    packing: PackingConfig = Field(default_factory=PackingConfig)
+    attention_mask: Literal["document", "causal"] = Field(
+        "document", description="document: no attention across documents of a packed sequence; causal: plain causal")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    steps: int = Field(100, gt=0)
+    batch_size: int = Field(16, gt=0, description="sequences per optimizer step, over all processes")
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    zero_stage: int = Field(0, ge=0, le=3)
+    precision: Literal["auto", "fp32", "bf16"] = Field("auto", description="auto: bf16 on GPUs, fp32 on CPUs")
+    eval_every: int = Field(20, gt=0)
+    eval_documents: int = Field(64, gt=0, description="held-out documents in the perplexity evaluation")
+    checkpoint_every: int = Field(50, gt=0)
+    threads_per_process: int = Field(1, gt=0, description="torch threads in each training process")
+    ray_workers: int = Field(2, gt=0, description="training processes under engine `ray` (Ray Train workers)")

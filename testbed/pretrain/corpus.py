@@ -1,0 +1,157 @@
+"""Documents for pretraining, from sources that work offline, and their train/held-out split.
+
+Sources (``pretrain.corpus.source``):
+  stdlib_code  every module of the Python standard library that runs this code, one file per document
+               (a code corpus that ships with every Python);
+  stdlib_docs  natural-language text from the same installation: the reference manual's topics
+               (``pydoc_data.topics``) and the docstrings of modules, classes and functions;
+  folder       a folder of ``.txt`` files (one document each) and ``.jsonl`` files (one document per
+               line, text under ``text_field``), read in sorted path order;
+  factrecall   the synthetic closed-domain corpus of `testbed.pretrain.factrecall`.
+
+Every source is a generator, so a corpus larger than memory streams through tokenization. The
+standard-library sources visit files in an order drawn from the run's seed, so ``max_documents``
+takes an unbiased sample rather than the alphabetically first modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sysconfig
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from testbed.errors import ScenarioError
+from testbed.pretrain.config import CorpusConfig
+from testbed.pretrain.factrecall import FactRecallDocument, generate_documents
+from testbed.seeding import SeedTree
+
+MIN_DOCSTRING_CHARS = 200  # shorter docstrings are mostly one-line summaries
+TEST_FOLDERS = {"test", "tests", "idle_test"}
+
+
+def stdlib_root() -> Path:
+    """The folder of this interpreter's standard library sources."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_modules(seeds: SeedTree, include_tests: bool) -> list[Path]:
+    """The standard library's ``.py`` files (no site-packages) in an order drawn from the seed."""
+    files = [path for path in sorted(stdlib_root().rglob("*.py"))
+             if "site-packages" not in path.parts and (include_tests or not TEST_FOLDERS & set(path.parts))]
+    order = seeds.numpy("corpus.order").permutation(len(files))
+    return [files[i] for i in order]
+
+
+def stdlib_code_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
+    """One document per standard-library module, its source text."""
+    for path in stdlib_modules(seeds, include_tests=True):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text.strip():
+            yield text
+
+
+def stdlib_docs_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
+    """The reference manual's topics, then module/class/function docstrings of non-test modules."""
+    from pydoc_data.topics import topics
+
+    for name in sorted(topics):
+        yield topics[name]
+    for path in stdlib_modules(seeds, include_tests=False):
+        yield from _docstrings(path)
+
+
+def _docstrings(path: Path) -> Iterator[str]:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError):  # a few stdlib files are deliberately invalid
+        return
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef))]
+    for node in nodes:
+        text = ast.get_docstring(node)
+        if text and len(text) >= MIN_DOCSTRING_CHARS:
+            yield text
+
+
+def folder_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
+    """Documents of a local folder: each ``.txt`` file, and each line of each ``.jsonl`` file."""
+    for path in corpus_files(Path(config.path)):
+        if path.suffix == ".txt":
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if text.strip():
+                yield text
+            continue
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line)[config.text_field]
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise ScenarioError(f"{path}:{number}: not a JSON object with a "
+                                        f"'{config.text_field}' field (pretrain.corpus.text_field)") from None
+                if isinstance(text, str) and text.strip():
+                    yield text
+
+
+def corpus_files(folder: Path) -> list[Path]:
+    """The ``.txt`` and ``.jsonl`` files under ``folder``, in sorted path order."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in (".txt", ".jsonl"))
+
+
+def factrecall_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
+    """The synthetic fact-recall documents' texts."""
+    for document in generate_documents(config.factrecall, seeds.numpy("corpus.factrecall")):
+        yield document.text
+
+
+SOURCES: dict[str, Callable[[CorpusConfig, SeedTree], Iterator[str]]] = {
+    "stdlib_code": stdlib_code_documents,
+    "stdlib_docs": stdlib_docs_documents,
+    "folder": folder_documents,
+    "factrecall": factrecall_documents,
+}
+
+
+def check_corpus(config: CorpusConfig, source: str) -> None:
+    """Refuse a folder corpus whose folder is missing or holds no documents, before anything starts."""
+    if config.source != "folder":
+        return
+    if config.path is None:
+        raise ScenarioError(f"{source}: pretrain.corpus.path: source 'folder' reads a local folder; set its path")
+    folder = Path(config.path)
+    if not folder.is_dir():
+        raise ScenarioError(f"{source}: pretrain.corpus.path: '{config.path}' is not a folder")
+    if not corpus_files(folder):
+        raise ScenarioError(f"{source}: pretrain.corpus.path: '{config.path}' holds no .txt or .jsonl files")
+
+
+def iter_documents(config: CorpusConfig, seed: int) -> Iterator[str]:
+    """The corpus's documents in a fixed order, at most ``max_documents`` of them."""
+    documents = SOURCES[config.source](config, SeedTree(seed))
+    for count, text in enumerate(documents):
+        if config.max_documents is not None and count >= config.max_documents:
+            return
+        yield text
+
+
+def iter_split(config: CorpusConfig, seed: int) -> Iterator[tuple[bool, str]]:
+    """``(is_heldout, text)`` for each document; each is held out with probability ``heldout_fraction``."""
+    draws = _uniform_stream(SeedTree(seed).numpy("corpus.heldout"))
+    for text in iter_documents(config, seed):
+        yield next(draws) < config.heldout_fraction, text
+
+
+def factrecall_heldout(config: CorpusConfig, seed: int) -> list[FactRecallDocument]:
+    """The held-out documents of a ``factrecall`` corpus with their questions, in corpus order."""
+    documents = generate_documents(config.factrecall, SeedTree(seed).numpy("corpus.factrecall"))
+    split = iter_split(config, seed)
+    return [document for document, (heldout, _) in zip(documents, split) if heldout]
+
+
+def _uniform_stream(rng: np.random.Generator, block: int = 4096) -> Iterator[float]:
+    while True:
+        yield from rng.random(block).tolist()

@@ -1,0 +1,158 @@
+"""Build a run's corpus folder: split, train the tokenizer, tokenize into memory-mapped stores, pack.
+
+The driver runs this once, before any training process starts; the training processes only read
+the result. Layout of ``RUN/corpus/``::
+
+    tokenizer.json                    the byte-level BPE tokenizer (`testbed.pretrain.tokenizer`)
+    train.tokens.bin, .offsets.npy    training documents, each ending with <|endoftext|>
+    heldout.tokens.bin, .offsets.npy  held-out documents (perplexity, fact recall)
+    train.packed.offsets.npy          the packing: sequence i is segments[offsets[i]:offsets[i + 1]],
+    train.packed.segments.npy         each row (document, start, end)
+    heldout.packed.*.npy              the first eval_documents held-out documents, best-fit packed
+    factrecall_eval.json              questions of held-out fact-recall documents (factrecall corpus only)
+    manifest.json                     sizes and special ids; written last, so its presence marks a complete folder
+
+Everything streams: documents pass through in batches, so the corpus never sits in memory whole.
+The folder is built under a temporary name and renamed, so an interrupted build is redone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from testbed.pretrain.config import PretrainConfig
+from testbed.pretrain.corpus import factrecall_heldout, iter_split
+from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed_sequences
+from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
+from testbed.pretrain.tokenizer import END_OF_TEXT, PAD, save_tokenizer, special_id, train_tokenizer
+
+TOKENIZE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class CorpusManifest:
+    """What the training processes need to know about a prepared corpus."""
+
+    vocab_size: int
+    eos_id: int
+    pad_id: int
+    context_length: int
+    packing_method: str
+    n_train_documents: int
+    n_heldout_documents: int
+    n_train_tokens: int
+    n_sequences: int
+
+    @classmethod
+    def load(cls, folder: Path) -> "CorpusManifest":
+        return cls(**json.loads((folder / "manifest.json").read_text()))
+
+
+class PackedSequences:
+    """A packing stored as arrays: sequence i is the segments ``segments[offsets[i]:offsets[i + 1]]``."""
+
+    def __init__(self, offsets: np.ndarray, segments: np.ndarray):
+        self.offsets = offsets
+        self.segments = segments
+
+    @classmethod
+    def from_sequences(cls, sequences: Iterable[list[Segment]]) -> "PackedSequences":
+        offsets, rows = [0], []
+        for sequence in sequences:
+            rows.extend(sequence)
+            offsets.append(len(rows))
+        return cls(np.asarray(offsets, dtype=np.int64), np.asarray(rows, dtype=np.int64).reshape(-1, 3))
+
+    @classmethod
+    def load(cls, prefix: Path) -> "PackedSequences":
+        return cls(np.load(f"{prefix}.packed.offsets.npy", mmap_mode="r"),
+                   np.load(f"{prefix}.packed.segments.npy", mmap_mode="r"))
+
+    def save(self, prefix: Path) -> None:
+        np.save(f"{prefix}.packed.offsets.npy", self.offsets)
+        np.save(f"{prefix}.packed.segments.npy", self.segments)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> list[Segment]:
+        rows = self.segments[int(self.offsets[index]): int(self.offsets[index + 1])]
+        return [Segment(int(d), int(s), int(e)) for d, s, e in rows]
+
+
+def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str, np.ndarray] | None:
+    """Build ``folder`` unless it is complete already; returns the report's arrays when it builds."""
+    if (folder / "manifest.json").is_file():
+        return None
+    partial = folder.with_name("." + folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    train_texts = (text for heldout, text in iter_split(config.corpus, seed) if not heldout)
+    tokenizer = train_tokenizer(itertools.islice(train_texts, config.tokenizer.train_documents),
+                                config.tokenizer.vocab_size)
+    save_tokenizer(tokenizer, partial / "tokenizer.json")
+    vocab_size, eos_id = tokenizer.get_vocab_size(), special_id(tokenizer, END_OF_TEXT)
+    train, heldout = _tokenize(tokenizer, config, seed, partial, vocab_size, eos_id)
+    length = config.context_length
+    packed = PackedSequences.from_sequences(
+        iter_packed_sequences(train.lengths.tolist(), length, config.packing.method, config.packing.buffer_size))
+    packed.save(partial / "train")
+    eval_lengths = heldout.lengths[: config.eval_documents].tolist()
+    PackedSequences.from_sequences(iter_packed_sequences(eval_lengths, length, "best_fit")).save(partial / "heldout")
+    if config.corpus.source == "factrecall":
+        _write_factrecall_questions(partial / "factrecall_eval.json", config, seed)
+    manifest = CorpusManifest(vocab_size, eos_id, special_id(tokenizer, PAD), length, config.packing.method,
+                              len(train), len(heldout), train.n_tokens, len(packed))
+    (partial / "manifest.json").write_text(json.dumps(asdict(manifest), indent=1))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    return packing_report_arrays(train.lengths, length, config.packing.buffer_size)
+
+
+def _tokenize(tokenizer, config: PretrainConfig, seed: int, folder: Path, vocab_size: int,
+              eos_id: int) -> tuple[TokenStore, TokenStore]:
+    writers = {False: TokenStoreWriter(folder / "train", vocab_size), True: TokenStoreWriter(folder / "heldout", vocab_size)}
+    for batch in _batched(iter_split(config.corpus, seed), TOKENIZE_BATCH):
+        encodings = tokenizer.encode_batch([text for _, text in batch])
+        for (heldout, _), encoding in zip(batch, encodings):
+            writers[heldout].extend([encoding.ids + [eos_id]])
+    return writers[False].close(), writers[True].close()
+
+
+def _batched(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def _write_factrecall_questions(path: Path, config: PretrainConfig, seed: int) -> None:
+    documents = factrecall_heldout(config.corpus, seed)[: config.corpus.factrecall.eval_documents]
+    questions = [{"prompt": document.text[: q.prompt_end], "answer": q.answer, "stated_values": list(q.stated_values)}
+                 for document in documents for q in document.questions]
+    path.write_text(json.dumps(questions))
+
+
+def packing_report_arrays(lengths: np.ndarray, capacity: int, buffer_size: int | None) -> dict[str, np.ndarray]:
+    """Packing statistics of every method on these documents, side by side, and the length histograms' data."""
+    stats, arrays = [], {}
+    for method in METHODS:
+        sequences = list(iter_packed_sequences(lengths.tolist(), capacity, method, buffer_size))
+        stats.append(PackingStats.from_sequences(sequences, lengths, capacity).as_dict())
+        arrays[f"sequence_tokens_{method}"] = np.asarray([sum(e - s for _, s, e in seq) for seq in sequences],
+                                                         dtype=np.int64)
+    names = list(stats[0])
+    arrays.update({
+        "document_lengths": np.asarray(lengths, dtype=np.int64),
+        "context_length": np.asarray(capacity),
+        "packing_methods": np.asarray(METHODS),
+        "packing_stat_names": np.asarray(names),
+        "packing_stats": np.asarray([[float(row[name]) for name in names] for row in stats]),
+    })
+    return arrays

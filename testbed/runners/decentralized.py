@@ -1,0 +1,135 @@
+"""``kind: decentralized``: private learning on a graph, with pairwise network-DP accounting and audit.
+
+Engines: ``local`` runs the nodes vectorised in this process (``use_ray: always`` puts them on Ray
+actors of an in-process Ray instead); ``ray`` hosts them on Ray actors of a cluster; ``mpi`` (the
+`testbed.engines.mpi_engine` engine) starts ``mpiexec -n engine.num_procs`` itself, one persistent
+job of mpi4py ranks hosting the nodes, rank 0 reporting back. The driver alone writes the run folder. See
+`testbed.decentralized.driver` for the order of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.decentralized import driver, report  # noqa: F401  (report registers the privacy sections)
+from testbed.decentralized.problem import build_graph, build_problem
+from testbed.errors import ScenarioError
+from testbed.runners.base import Runner, RunContext, register
+from testbed.scenario import Scenario
+from topologies import TopologyError
+
+MAX_AUDIT_NODES = 512  # the attackers' tables grow as steps x n
+
+
+@register
+class DecentralizedRunner(Runner):
+    """Random-walk DP-SGD, Muffliato gossip and local DP over a networkx graph."""
+
+    kind = "decentralized"
+    engines = ("local", "ray", "mpi")
+
+    def check(self, scenario: Scenario, source: str) -> None:
+        config = scenario.decentralized
+        if config is None:
+            raise ScenarioError(f"{source}: decentralized: required for kind 'decentralized' "
+                                "(e.g. decentralized: {topology: {name: ring, n: 8}, sigma: 1.0})")
+        try:
+            graph = build_graph(config, scenario.seed)
+        except TopologyError as err:
+            raise ScenarioError(f"{source}: decentralized.topology: {err}") from None
+        for index, spec in enumerate(config.comparison.topologies):
+            try:
+                build_graph(config, scenario.seed, spec.spec)
+            except TopologyError as err:
+                raise ScenarioError(f"{source}: decentralized.comparison.topologies.{index}: {err}") from None
+        if config.train:
+            _check_training(scenario, source, graph.number_of_nodes())
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        scenario, source = ctx.scenario, str(ctx.run.config_path)
+        config, data = scenario.decentralized, scenario.model_dump(mode="json")
+        problem = build_problem(data)
+        plans = {alg: driver.plan(problem, config.phase(alg), source) for alg in config.algorithms}
+        checkpoint = ctx.run.latest_checkpoint()
+        saved = driver.unpack(checkpoint["progress"]) if checkpoint else {"phase": None, "done": {}}
+        if config.comparison.enabled and "comparison" not in saved:
+            saved["comparison"] = self._comparison(ctx, data, config)
+            ctx.run.save_checkpoint(0, {"progress": driver.pack(saved)})
+        if config.algorithms:
+            self._train_all(ctx, problem, plans, saved, data)
+        ctx.run.write_artifacts(_artifacts(saved))
+        return {f"{alg}.{k}": v for alg, result in saved["done"].items() for k, v in result["numbers"].items()}
+
+    def _train_all(self, ctx: RunContext, problem, plans: dict, saved: dict, data: dict) -> None:
+        """Each algorithm in turn on the engine's nodes backend; checkpoint names keep growing."""
+        offset = 1
+        with driver.nodes_backend(ctx.engine, data, problem.n) as run_chunk:
+            for algorithm in problem.config.algorithms:
+                if algorithm not in saved["done"]:
+                    self._train(ctx, problem, algorithm, plans[algorithm], saved, offset, run_chunk)
+                offset += problem.config.phase(algorithm).steps + 1
+
+    def _comparison(self, ctx: RunContext, data: dict, config) -> dict:
+        count = max(1, len(config.comparison.topologies))
+        # Accounting only: one worker suffices (under mpi every rank would compute the same).
+        call = (lambda fn, *args: fn(*args)) if ctx.engine.name == "mpi" else ctx.engine.call
+        results = {}
+        with ctx.progress.task("epsilon by distance", total=count) as advance:
+            for index in range(count):
+                results[str(index)] = call(driver.comparison_arrays, data, index)
+                advance(1)
+        return results
+
+    def _train(self, ctx: RunContext, problem, algorithm: str, plan, saved: dict, offset: int, run_chunk) -> None:
+        """One algorithm from its start or its checkpoint to its end, then its results."""
+        settings = problem.config.phase(algorithm)
+        args = driver.phase_args(settings, plan)
+        if saved["phase"] == algorithm:
+            state, step = saved["state"], saved["step"]
+        else:
+            state, step = driver.initial_state(problem, args), 0
+            ctx.log_metrics(driver.record(algorithm, {"step": 0, **driver.evaluate(problem, args, state)}, plan))
+        with ctx.progress.task(algorithm, total=plan.stop, completed=step) as advance:
+            while step < plan.stop:
+                stop = min((step // settings.checkpoint_every + 1) * settings.checkpoint_every, plan.stop)
+                state, records = run_chunk(args, state, step, stop)
+                for metrics in records:
+                    ctx.log_metrics(driver.record(algorithm, metrics, plan))
+                saved.update(phase=algorithm, step=stop, state=state)
+                ctx.run.save_checkpoint(offset + stop, {"progress": driver.pack(saved)})
+                advance(stop - step)
+                step = stop
+        result = driver.finish(problem, settings, plan, state)
+        saved.update(phase=None, step=0, state=None)
+        saved["done"][algorithm] = result
+        ctx.run.save_checkpoint(offset + settings.steps + 1, {"progress": driver.pack(saved)})
+
+
+def _check_training(scenario: Scenario, source: str, n: int) -> None:
+    """What training needs: one data shard per graph node, a valid audit source, enough nodes."""
+    config = scenario.decentralized
+    if scenario.data.num_clients != n:
+        raise ScenarioError(f"{source}: data.num_clients: {scenario.data.num_clients}, but the topology "
+                            f"'{config.topology.name}' has {n} nodes; set data.num_clients: {n}")
+    if config.audit.canaries and config.audit.source >= n:
+        raise ScenarioError(f"{source}: decentralized.audit.source: node {config.audit.source} is not in 0..{n - 1}")
+    if config.audit.canaries and n > MAX_AUDIT_NODES:
+        raise ScenarioError(f"{source}: decentralized.audit.canaries: the audit supports graphs of up to "
+                            f"{MAX_AUDIT_NODES} nodes (this one has {n})")
+    if scenario.engine.type == "mpi" and scenario.engine.num_procs > n:
+        raise ScenarioError(f"{source}: engine.num_procs: {scenario.engine.num_procs} ranks for {n} nodes; "
+                            "use at most one rank per node")
+    try:
+        build_problem(scenario.model_dump(mode="json"))
+    except ScenarioError as err:
+        raise ScenarioError(f"{source}: {err}") from None
+
+
+def _artifacts(saved: dict) -> dict:
+    """Everything the privacy report plots, flattened to ``<algorithm>.<array>`` keys."""
+    arrays = {}
+    for index, result in saved.get("comparison", {}).items():
+        arrays.update({f"comparison.{index}.{k}": v for k, v in result.items()})
+    for algorithm, result in saved["done"].items():
+        arrays.update({f"{algorithm}.{k}": v for k, v in result["arrays"].items()})
+    return arrays

@@ -1,0 +1,94 @@
+"""``kind: pretrain``: pretrain a small GPT on packed documents through DeepSpeed.
+
+The driver (this process) prepares the corpus folder in the run folder (tokenizer, memory-mapped
+token stores, the packing), starts the training processes on the scenario's engine
+(`testbed.pretrain.launch`: the deepspeed launcher, one local process, or Ray Train), and streams
+their events into the run folder: each metrics record goes to metrics.jsonl, each finished
+DeepSpeed checkpoint becomes a ``ckpt-<step>.pt`` that names its DeepSpeed tag. ``testbed resume``
+starts the processes again from the newest such checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import ScenarioError
+from testbed.pretrain import report  # noqa: F401  (registers the pretraining report sections)
+from testbed.pretrain.config import PretrainConfig
+from testbed.pretrain.corpus import check_corpus
+from testbed.pretrain.launch import run_training
+from testbed.pretrain.prepare import prepare_corpus
+from testbed.runners.base import Runner, RunContext, register
+from testbed.scenario import Scenario
+
+
+def pretrain_config(scenario: Scenario) -> PretrainConfig:
+    """The scenario's ``pretrain:`` block, or the defaults when it has none."""
+    return scenario.pretrain or PretrainConfig()
+
+
+def world_size(scenario: Scenario) -> int:
+    """How many training processes the scenario's engine runs."""
+    engine = scenario.engine
+    if engine.type == "deepspeed":
+        return engine.num_procs
+    return pretrain_config(scenario).ray_workers if engine.type == "ray" else 1
+
+
+def deepspeed_tag(step: int) -> str:
+    """The DeepSpeed checkpoint tag the training processes use for ``step``."""
+    return f"step{step:09d}"
+
+
+@register
+class PretrainRunner(Runner):
+    """DeepSpeed pretraining with Best-fit Packing or a baseline packing."""
+
+    kind = "pretrain"
+    engines = ("local", "ray", "deepspeed")
+
+    def check(self, scenario: Scenario, source: str) -> None:
+        config = pretrain_config(scenario)
+        check_corpus(config.corpus, source)
+        world = world_size(scenario)
+        if config.batch_size % world:
+            raise ScenarioError(f"{source}: pretrain.batch_size: {config.batch_size} sequences do not split "
+                                f"evenly over {world} training processes")
+        hostfile = getattr(scenario.engine, "hostfile", None)
+        if hostfile and not Path(hostfile).is_file():
+            raise ScenarioError(f"{source}: engine.hostfile: '{hostfile}' does not exist")
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        config = pretrain_config(ctx.scenario)
+        artifacts = prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
+        if artifacts is not None:
+            ctx.run.write_artifacts(artifacts)
+        checkpoint = ctx.run.latest_checkpoint()
+        step = checkpoint["step"] if checkpoint else 0
+        if step < config.steps:
+            with ctx.progress.task("pretraining", total=config.steps, completed=step) as advance:
+                def on_event(event: dict[str, Any]) -> None:
+                    nonlocal step
+                    if event["event"] == "metrics":
+                        ctx.log_metrics(event["record"])
+                        advance(event["record"]["step"] - step)
+                        step = event["record"]["step"]
+                    elif event["event"] == "checkpoint":
+                        ctx.run.save_checkpoint(event["step"], {"deepspeed_tag": event["tag"]})
+                        _prune_deepspeed_tags(ctx.run.path)
+
+                run_training(ctx.scenario, ctx.run.path, checkpoint["deepspeed_tag"] if checkpoint else None, on_event)
+        records = ctx.run.read_metrics()
+        if not records or records[-1]["step"] != config.steps:
+            raise RuntimeError("training processes ended without their final metrics record")
+        return {key: value for key, value in records[-1].items() if key != "step"}
+
+
+def _prune_deepspeed_tags(run_dir: Path) -> None:
+    # Keep the DeepSpeed tags of the ckpt-*.pt files the run folder kept; drop the rest.
+    kept = {deepspeed_tag(int(path.stem.split("-")[1])) for path in (run_dir / "checkpoints").glob("ckpt-*.pt")}
+    for folder in (run_dir / "deepspeed").glob("step*"):
+        if folder.is_dir() and folder.name not in kept:
+            shutil.rmtree(folder, ignore_errors=True)

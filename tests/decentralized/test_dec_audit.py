@@ -1,0 +1,79 @@
+"""The one-run canary audit: the Steinke-Nasr-Jagielski bound, the attackers, lower <= upper."""
+
+import numpy as np
+import pytest
+import yaml
+
+from testbed.decentralized.audit import epsilon_from_guesses, epsilon_lower_bound, walk_attack_tables
+from topologies import build_graph, metropolis_hastings
+
+
+@pytest.mark.parametrize(("m", "r", "v", "delta", "expected"), [
+    (100, 100, 100, 0.0, 3.4930),
+    (1000, 100, 100, 1e-5, 3.4654),
+    (1000, 1000, 1000, 0.0, 5.8091),
+    (1000, 1000, 1000, 1e-5, 5.7823),
+    (1000, 1000, 900, 0.0, 2.0212),
+    (10_000, 10_000, 10_000, 1e-5, 7.8343),
+    (1000, 500, 400, 1e-5, 1.1980),
+])
+def test_one_run_bound_reproduces_the_reference_values(m, r, v, delta, expected):
+    # Reference values: the project notes' evaluation of the same theorem (significance 0.05)
+    assert epsilon_from_guesses(m, r, v, delta, 0.05) == pytest.approx(expected, abs=1e-4)
+
+
+def test_perfect_scores_certify_a_large_epsilon_and_random_scores_nothing():
+    rng = np.random.default_rng(0)
+    included = rng.random(1000) < 0.5
+
+    perfect = epsilon_lower_bound(included.astype(float), included, delta=1e-5, significance=0.05)
+    random = epsilon_lower_bound(rng.random(1000), included, delta=1e-5, significance=0.05)
+
+    assert perfect > 3.0
+    assert random < 0.3
+
+
+def test_walk_attack_tables_match_matrix_power_loops():
+    # Prepare: explicit powers of a small walk as the reference
+    w, source, steps = metropolis_hastings(build_graph("ring", n=5)), 1, 9
+    powers = [np.linalg.matrix_power(w, k) for k in range(steps + 1)]
+
+    first, gap = walk_attack_tables(w, source, steps)
+
+    for v in (0, 2, 4):
+        for t in range(1, steps + 1):
+            expected = sum(powers[k][source, v] for k in range(1, t + 1)) / t
+            assert first[t, v] == pytest.approx(expected, abs=1e-12)
+        for g in range(2, steps + 1):
+            bridge = sum(powers[j][v, source] * powers[g - j][source, v] for j in range(1, g)) / powers[g][v, v]
+            assert gap[g, v] == pytest.approx(bridge / (g - 1), abs=1e-10)
+    assert np.all(first[:, source] == 0) and np.all(gap[:, source] == 0)
+
+
+AUDIT_SCENARIO = {
+    "name": "audit", "kind": "decentralized", "seed": 5,
+    "data": {"dataset": "breast_cancer", "num_clients": 6},
+    "decentralized": {
+        "algorithm": ["random_walk", "gossip", "local_dp"], "topology": {"name": "ring", "n": 6},
+        "sigma": 0.6, "steps": 8, "eval_every": 8, "checkpoint_every": 8,
+        "random_walk": {"steps": 60, "eval_every": 60, "checkpoint_every": 60},
+        "gossip": {"rounds": 2}, "audit": {"canaries": 400, "source": 0}, "comparison": {"enabled": False},
+    },
+    "report": {"kind": "privacy"},
+}
+
+
+def test_audit_lower_bounds_never_exceed_the_accountant_and_are_not_vacuous(cli, tmp_path):
+    path = tmp_path / "audit.yaml"
+    path.write_text(yaml.safe_dump(AUDIT_SCENARIO))
+
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+
+    assert code == 0, err
+    with np.load(tmp_path / "run" / "artifacts.npz") as artifacts:
+        for algorithm in ("random_walk", "gossip", "local_dp"):
+            lower, upper = artifacts[f"{algorithm}.audit_lower"], artifacts[f"{algorithm}.audit_upper"]
+            assert lower.shape == upper.shape == (5,)  # every observer v != source
+            assert np.all(lower <= upper)
+            assert lower.max() > 1.5  # the attackers see the canaries: the audit can fail
+    assert "Canary audit" in (tmp_path / "run" / "report" / "index.html").read_text()

@@ -1,0 +1,135 @@
+"""Pairwise accounting of the training runs, the privacy target and sigma calibration.
+
+References: the `topologies` accountants (R1 random walk, M1 gossip), a loop over matrix powers for
+the multi-iteration gossip bound, and opacus' RDP accountant for local DP.
+"""
+
+import numpy as np
+import pytest
+from opacus.accountants import RDPAccountant
+
+from testbed.decentralized.audit import message_polynomials
+from testbed.decentralized.phase import chebyshev_momentum
+from testbed.decentralized.privacy import (
+    gossip_unit_rho,
+    local_dp_unit_rho,
+    make_plan,
+    to_epsilon,
+    walk_unit_rho,
+)
+from topologies import build_graph, gossip_pndp, metropolis_hastings, random_walk_pndp
+
+OFF = ~np.eye(16, dtype=bool)
+
+
+def _walk(name="hypercube", **params):
+    params = params or {"dim": 4}
+    return metropolis_hastings(build_graph(name, **params))
+
+
+def test_walk_rho_at_the_end_is_the_capped_finite_sum_of_topologies():
+    w = _walk()
+
+    unit = walk_unit_rho(w, steps=120, cap=9, sensitivity=1.0, keep=120)
+
+    reference = random_walk_pndp(w, T=120, sigma=1.0, alpha=3.0, contributions=9, method="finite_sum") / 3.0
+    np.testing.assert_allclose(unit.matrix[OFF], reference[OFF], rtol=1e-12)
+    assert unit.maximum[120] == pytest.approx(reference.max(), rel=1e-12)
+
+
+def test_walk_rho_grows_with_steps_and_counts_at_most_t_contributions():
+    w = _walk()
+
+    unit = walk_unit_rho(w, steps=30, cap=5, sensitivity=2.0)
+
+    assert np.all(np.diff(unit.maximum) >= 0)
+    np.testing.assert_allclose(unit.local, np.minimum(np.arange(31), 5) * 4.0 / 2.0)
+    first = w[~np.eye(16, dtype=bool)].max()  # one contribution, one hop: Delta^2 W[u, v]
+    assert unit.maximum[1] == pytest.approx(4.0 * first)
+
+
+def test_gossip_one_iteration_is_the_muffliato_bound_of_topologies():
+    w = _walk()
+
+    unit = gossip_unit_rho(w, steps=1, rounds=6, gamma=1.0, sensitivity=1.0, keep=1)
+
+    reference = gossip_pndp(w, rounds=6, sigma=1.0, alpha=2.0, first_power=0) / 2.0
+    np.testing.assert_allclose(unit.matrix[OFF], reference[OFF], rtol=1e-12)
+
+
+def test_gossip_iterations_sum_every_contribution_message_pair():
+    # Reference: the corrected Muffliato-GD form with one round per iteration (R = 1), by loops:
+    # rho = 1/2 sum_{s<K} (K - s) sum_{w in N(v)} (W^s)[w,u]^2 / ||W^s[w]||^2
+    graph = build_graph("ring", n=7)
+    w, K = metropolis_hastings(graph), 5
+    reference = np.zeros((7, 7))
+    for s in range(K):
+        power = np.linalg.matrix_power(w, s)
+        for u in range(7):
+            for v in range(7):
+                for sender in graph.neighbors(v):
+                    reference[u, v] += (K - s) * power[sender, u] ** 2 / (power[sender] @ power[sender])
+    reference /= 2.0
+
+    unit = gossip_unit_rho(w, steps=K, rounds=1, gamma=1.0, sensitivity=1.0, keep=K)
+
+    off = ~np.eye(7, dtype=bool)
+    np.testing.assert_allclose(unit.matrix[off], reference[off], rtol=1e-12)
+
+
+def test_chebyshev_polynomials_follow_the_recurrence_and_mix_faster():
+    w = _walk("ring", n=24)
+    gamma = chebyshev_momentum(w)
+    explicit = [np.eye(24), w.copy()]
+    for _ in range(38):
+        explicit.append(gamma * w @ explicit[-1] + (1 - gamma) * explicit[-2])
+
+    ours = list(message_polynomials(w, 40, gamma))
+
+    for mine, theirs in zip(ours, explicit):
+        np.testing.assert_allclose(mine, theirs, atol=1e-12)
+    consensus = np.full((24, 24), 1 / 24)
+    plain = np.linalg.matrix_power(w, 39)
+    assert 1 < gamma < 2
+    assert np.abs(ours[-1] - consensus).max() < 0.5 * np.abs(plain - consensus).max()
+
+
+@pytest.mark.parametrize("sigma", [0.8, 2.0])
+def test_local_dp_epsilon_matches_opacus_rdp_accountant(sigma):
+    accountant = RDPAccountant()
+    for _ in range(7):
+        accountant.step(noise_multiplier=sigma, sample_rate=1.0)
+    unit = local_dp_unit_rho(5, steps=7, sensitivity=1.0)
+
+    ours = to_epsilon(unit.maximum[7], unit.local[7], sigma, 1e-5, "balle", False, 1.0)
+
+    theirs = accountant.get_epsilon(delta=1e-5)
+    assert ours <= theirs + 1e-9  # continuous order optimum vs opacus' order grid
+    assert ours == pytest.approx(theirs, rel=5e-3)
+
+
+def test_target_stops_before_any_pair_exceeds_it_and_names_the_pair():
+    unit = walk_unit_rho(_walk(), steps=200, cap=16, sensitivity=1.0)
+
+    plan = make_plan("random_walk", unit, 200, sigma=3.0, target=1.5, delta=1e-5, conversion="balle", sensitivity=1.0)
+
+    assert 0 < plan.stop < 200
+    assert plan.epsilon[plan.stop] <= 1.5 < plan.epsilon[plan.stop + 1]
+    assert plan.exceeded["step"] == plan.stop + 1
+    u, v = plan.exceeded["u"], plan.exceeded["v"]
+    assert u != v and unit.maximum[plan.stop + 1] == pytest.approx(walk_unit_rho(
+        _walk(), steps=200, cap=16, sensitivity=1.0, keep=plan.stop + 1).matrix[u, v])
+
+
+@pytest.mark.parametrize("algorithm", ["random_walk", "gossip", "local_dp"])
+def test_calibrated_sigma_ends_the_planned_run_at_the_target(algorithm):
+    w = _walk()
+    unit = {"random_walk": lambda: walk_unit_rho(w, 100, 8, 1.0),
+            "gossip": lambda: gossip_unit_rho(w, 100, 3, 1.0, 1.0),
+            "local_dp": lambda: local_dp_unit_rho(16, 100, 1.0)}[algorithm]()
+
+    plan = make_plan(algorithm, unit, 100, sigma=None, target=4.0, delta=1e-6, conversion="balle", sensitivity=1.0)
+
+    assert plan.calibrated and plan.stop == 100 and not plan.exceeded
+    assert plan.epsilon[100] <= 4.0
+    assert plan.epsilon[100] == pytest.approx(4.0, rel=1e-6)

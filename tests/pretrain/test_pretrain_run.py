@@ -1,0 +1,128 @@
+"""End-to-end pretrain runs through the CLI: validation, a local run, and a 2-process DeepSpeed run
+killed mid-way and resumed from its DeepSpeed checkpoint.
+
+The DeepSpeed test is the suite's only multi-process run (DeepSpeed compiles its CPU communication
+op on the first run on a machine, about a minute, cached afterwards)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.faults import KILL_AFTER_RECORDS
+
+TINY_PRETRAIN = {
+    "name": "tiny-pretrain",
+    "kind": "pretrain",
+    "seed": 2,
+    "engine": {"type": "local"},
+    "pretrain": {
+        "corpus": {"source": "factrecall", "max_documents": None, "heldout_fraction": 0.1,
+                   "factrecall": {"documents": 240, "max_filler": 4, "eval_documents": 6}},
+        "tokenizer": {"vocab_size": 320, "train_documents": 200},
+        "context_length": 96,
+        "model": {"layers": 1, "d_model": 32, "heads": 2},
+        "steps": 6, "batch_size": 4, "eval_every": 2, "checkpoint_every": 3, "eval_documents": 8,
+    },
+    "report": {"kind": "pretraining"},
+}
+DETERMINISTIC = ("train_loss", "heldout_loss", "fact_recall", "fact_invented_rate", "fact_mixup_rate")
+
+
+@pytest.fixture
+def pretrain_scenario(tmp_path: Path):
+    def write(**engine) -> Path:
+        data = {**TINY_PRETRAIN, "engine": engine or {"type": "local"}}
+        path = tmp_path / f"pretrain-{engine.get('type', 'local')}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+    return write
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _testbed(*args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CI": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("pretrain.batch_size=5", "pretrain.batch_size: 5 sequences do not split evenly over 2 training processes"),
+    ("pretrain.packing.methd=concat", "pretrain.packing.methd: unknown key (did you mean 'method'?)"),
+    ("pretrain.corpus.source=folder", "pretrain.corpus.path: source 'folder' reads a local folder"),
+    ("pretrain.model.heads=3", "pretrain.model"),
+])
+def test_invalid_pretrain_scenarios_fail_in_one_line_before_anything_starts(cli, pretrain_scenario, tmp_path,
+                                                                            override, message):
+    path = pretrain_scenario(type="deepspeed", num_procs=2)
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--set", override, "--quiet")
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_mpi_engine_is_refused_for_pretraining(cli, pretrain_scenario):
+    code, _, err = cli("validate", pretrain_scenario(type="mpi"))
+    assert code == 2 and "engine.type: 'mpi' does not run kind 'pretrain'" in err
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory) -> Path:
+    """The tiny scenario trained by one process without a launcher (the reference numbers)."""
+    folder = tmp_path_factory.mktemp("local")
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(TINY_PRETRAIN, sort_keys=False))
+    result = _testbed("run", path, "--run-dir", folder / "run", "--quiet")
+    assert result.returncode == 0, result.stderr
+    return folder / "run"
+
+
+def test_local_run_leaves_corpus_metrics_checkpoints_and_a_pretraining_report(local_run: Path):
+    records = _records(local_run)
+    assert [r["step"] for r in records] == [2, 4, 6]
+    assert all(r["tokens_per_s_per_process"] > 0 and r["heldout_ppl"] > 1 for r in records)
+    final = records[-1]
+    rates = final["fact_recall"] + final["fact_invented_rate"] + final["fact_mixup_rate"]
+    assert final["fact_questions"] > 0 and rates == pytest.approx(1.0)
+    assert {"tokenizer.json", "train.tokens.bin", "manifest.json", "factrecall_eval.json"} <= \
+        {p.name for p in (local_run / "corpus").iterdir()}
+    assert sorted(p.name for p in (local_run / "deepspeed").glob("step*")) == ["step000000003", "step000000006"]
+    page = (local_run / "report" / "index.html").read_text()
+    for section in ("Packing, side by side", "Length histograms", "Loss curves", "Fact recall", "best_fit (this run)"):
+        assert section in page
+    assert {"document-lengths.png", "sequence-fill.png", "pretrain-loss.png"} <= \
+        {p.name for p in (local_run / "report").iterdir()}
+
+
+def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_reference_numbers(
+        pretrain_scenario, tmp_path, local_run):
+    path = pretrain_scenario(type="deepspeed", num_procs=2)
+    run_dir = tmp_path / "run"
+    # Records come at steps 2, 4, 6 and DeepSpeed checkpoints at 3 and 6: killed after step 4's record.
+    killed = _testbed("run", path, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
+    assert killed.returncode == -9
+    assert [r["step"] for r in _records(run_dir)] == [2, 4]
+    # The driver recorded only the checkpoint at step 3 (ranks may have saved step 6 before they noticed
+    # their driver had died; the resumed run replaces that folder).
+    assert [p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-000000003.pt"]
+
+    resumed = _testbed("resume", run_dir, "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    records = _records(run_dir)
+    assert [r["step"] for r in records] == [2, 4, 6]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["engine"] == {"type": "deepspeed", "num_procs": 2}
+    # Two processes and one give the same numbers up to float summation order.
+    for ours, reference in zip(records, _records(local_run)):
+        for key in DETERMINISTIC:
+            if key in reference:
+                assert ours[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
+    assert sorted(p.name for p in (run_dir / "deepspeed").glob("step*")) == ["step000000003", "step000000006"]
