@@ -3,6 +3,10 @@
 from testbed.workloads.base import WORKLOADS, Workload, register
 from testbed.workloads import classifier  # noqa: F401  (fills the registry)
 from testbed.workloads import bisam  # noqa: F401
+from testbed.workloads import aco  # noqa: F401
+from testbed.workloads import strwae  # noqa: F401
 from testbed.workloads import vsdm  # noqa: F401
+from testbed.workloads import dfm  # noqa: F401
+from testbed.workloads import dddm  # noqa: F401
 
 __all__ = ["WORKLOADS", "Workload", "register"]

@@ -65,9 +65,11 @@ class BiSAM(torch.optim.Optimizer):
         self.base, self.rho, self.model = base, rho, model
         self.param_groups = base.param_groups  # one shared list: a scheduler may drive either object
         self.ascent_loss, self.upper_loss = ascent_loss, upper_loss
-        # Diagnostics of the last step, read by workloads (no role in the update itself).
+        # True while the closure computes the perturbation's objective: a closure adding terms
+        # that belong to the descended loss only (e.g. FedProx's) checks it.
+        self.in_ascent = False
+        # The ascent objective's value at w in the last step (a diagnostic; no role in the update).
         self.last_ascent_value: float = float("nan")
-        self.last_perturbation_norm: float = 0.0
 
     def _parameters(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -90,7 +92,6 @@ class BiSAM(torch.optim.Optimizer):
         offsets = [g * scale for g in grads]
         for param, offset in zip(params, offsets):
             param.add_(offset)
-        self.last_perturbation_norm = float(norm * scale)
         return offsets
 
     @torch.no_grad()
@@ -104,7 +105,11 @@ class BiSAM(torch.optim.Optimizer):
             loss = self._backward(closure, self.upper_loss)
             self.base.step()
             return loss
-        self.last_ascent_value = float(self._backward(closure, self.ascent_loss))
+        self.in_ascent = True
+        try:
+            self.last_ascent_value = float(self._backward(closure, self.ascent_loss))
+        finally:
+            self.in_ascent = False
         offsets = self._perturb()
         with frozen_batchnorm_statistics(self.model):
             loss = self._backward(closure, self.upper_loss)
@@ -113,6 +118,7 @@ class BiSAM(torch.optim.Optimizer):
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every wrapped parameter."""
         self.base.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
@@ -120,5 +126,6 @@ class BiSAM(torch.optim.Optimizer):
         return self.base.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the base optimizer's state."""
         self.base.load_state_dict(state_dict)
         self.param_groups = self.base.param_groups  # loading replaces the base's group list

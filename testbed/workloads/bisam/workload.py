@@ -6,6 +6,10 @@ cross-entropy gradient first (Foret et al. 2021), ``bisam`` along the gradient o
 of the 0-1 loss (Xie et al. 2024, Eq. for Q_{phi,mu}). ``label_noise`` replaces that fraction of the
 training labels by a uniformly drawn different class (symmetric noise, the paper's noisy-label
 setting); the test split stays clean. The metric is test accuracy, as in the paper.
+
+The workload is also a `FederatedWorkload`: in ``kind: federated`` scenarios each client trains
+its local epochs with the same update (``label_noise`` applies only to central training there;
+federated label flipping belongs to the federated runner's attacks).
 """
 
 from __future__ import annotations
@@ -19,13 +23,13 @@ from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from testbed.data import Dataset, load_dataset, train_test_split
+from testbed.data import Dataset, load_selected, train_test_split
 from testbed.report.plots import plot_curve
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection, image
 from testbed.scenario import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import FederatedWorkload, register
 from testbed.workloads.bisam.optimizer import BiSAM
 from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, SurrogateName, zero_one_loss
 from testbed.workloads.classifier import (
@@ -73,10 +77,11 @@ def make_sharpness_optimizer(model: nn.Module, config: BiSAMConfig) -> BiSAM:
 
 def train_sharpness_steps(model: nn.Module, optimizer: BiSAM, data: Dataset, stream: BatchStream,
                           steps: int) -> dict[str, float]:
-    """``steps`` updates; returns the mean loss and 0-1 error of the batches at the weights descended."""
+    """``steps`` updates; returns the mean loss and 0-1 error of the batches at the weights descended,
+    and the mean ascent objective at ``w`` (the lower bound for bisam, CE for sam; absent for sgd)."""
     model.train()
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
-    loss_sum, error_sum = 0.0, 0.0
+    loss_sum, error_sum, ascent_sum = 0.0, 0.0, 0.0
     for _ in range(steps):
         batch = stream.next()
         last_logits: list[torch.Tensor] = []
@@ -87,7 +92,39 @@ def train_sharpness_steps(model: nn.Module, optimizer: BiSAM, data: Dataset, str
 
         loss_sum += float(optimizer.step(closure))
         error_sum += float(zero_one_loss(last_logits[0].detach(), y[batch]).mean())
-    return {"train_loss": loss_sum / steps, "perturbed_batch_error": error_sum / steps}
+        ascent_sum += optimizer.last_ascent_value
+    metrics = {"train_loss": loss_sum / steps, "perturbed_batch_error": error_sum / steps}
+    if optimizer.ascent_loss is not None:
+        metrics["ascent_objective"] = ascent_sum / steps
+    return metrics
+
+
+def train_sharpness_epochs(model: nn.Module, optimizer: BiSAM, data: Dataset, epochs: int, batch_size: int,
+                           generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+    """A federated client's local epochs with the sharpness-aware update; returns the mean loss.
+
+    ``proximal_mu`` adds FedProx's ``(mu/2) ||w - w_start||^2`` to the descended (upper) loss only:
+    the perturbation still ascends the classification objective alone.
+    """
+    model.train()
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    anchor = [p.detach().clone() for p in model.parameters()]
+    total, batches = 0.0, 0
+    for _ in range(epochs):
+        order = torch.randperm(len(y), generator=generator)
+        for start in range(0, len(y), batch_size):
+            batch = order[start : start + batch_size]
+            if len(batch) < 2 <= len(y):
+                continue  # batch norm cannot train on a single sample
+
+            def closure(loss_fn):
+                loss = loss_fn(model(x[batch]), y[batch])
+                if proximal_mu > 0 and not optimizer.in_ascent:
+                    loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+                return loss
+
+            total, batches = total + float(optimizer.step(closure)), batches + 1
+    return total / max(batches, 1)
 
 
 def _unit_gradient(model: nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
@@ -139,7 +176,7 @@ class PerturbationProfileSection(ReportSection):
 
 
 @register
-class BiSAMWorkload(Workload):
+class BiSAMWorkload(FederatedWorkload):
     """Digits classifier trained with SGD, SAM or BiSAM (bilevel SAM with a 0-1 lower bound)."""
 
     name = "bisam"
@@ -154,7 +191,7 @@ class BiSAMWorkload(Workload):
 
     def __init__(self, config: BiSAMConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
-        full = load_dataset(data.dataset)
+        full = load_selected(data)
         train, self.test_set = train_test_split(full, data.test_fraction, seeds.integer("data.split"))
         noisy, self.flipped = corrupt_labels(train.y, full.num_classes, config.label_noise,
                                              seeds.numpy("data.label_noise"))
@@ -168,13 +205,27 @@ class BiSAMWorkload(Workload):
     def build_model(self) -> nn.Module:
         return build_classifier(self.config, self.train_set)
 
+    @classmethod
+    def model_for(cls, config: BiSAMConfig, data: Dataset) -> nn.Module:
+        return build_classifier(config, data)
+
+    @classmethod
+    def fit_client(cls, model: nn.Module, data: Dataset, config: BiSAMConfig, epochs: int,
+                   generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        optimizer = make_sharpness_optimizer(model, config)
+        return train_sharpness_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
+
+    @classmethod
+    def evaluate_model(cls, model: nn.Module, data: Dataset) -> dict[str, float]:
+        return {f"test_{k}": v for k, v in evaluate_model(model, data).items()}
+
     def train(self, steps: int) -> dict[str, float]:
         metrics = train_sharpness_steps(self.model, self.optimizer, self.train_set, self.stream, steps)
         self.steps_done += steps
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        metrics = {f"test_{k}": v for k, v in evaluate_model(self.model, self.test_set).items()}
+        metrics = self.evaluate_model(self.model, self.test_set)
         metrics["train_fit"] = evaluate_model(self.model, self.train_set)["accuracy"]
         if self.flipped.any():
             flipped = np.flatnonzero(self.flipped)

@@ -1,0 +1,46 @@
+"""Report sections of the ``aco`` workload: accuracy against acquisition cost, and which features each policy buys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testbed.report.plots import plot_curve
+from testbed.report.render import RunData
+from testbed.report.sections import ReportSection, image, table
+
+
+class AccuracyCostSection(ReportSection):
+    """Accuracy against the mean number of acquired features, one point per cost alpha (the paper's plot)."""
+
+    title = "Accuracy against acquisition cost (test instances)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "curve_accuracy" not in arrays:
+            return "<p>No accuracy-cost curve was saved (the run has not finished).</p>"
+        names = [str(n) for n in arrays["policies"]]
+        lines = {name: (arrays["curve_features"][i].tolist(), arrays["curve_accuracy"][i].tolist())
+                 for i, name in enumerate(names)}
+        path = plot_curve(out_dir / "aco-accuracy-cost.png", "accuracy vs features acquired", "mean features acquired",
+                          lines)
+        rows = [(f"{cost:g}", *(f"{arrays['curve_accuracy'][i][j]:.3f} @ {arrays['curve_features'][i][j]:.2f}"
+                                for i in range(len(names))))
+                for j, cost in enumerate(arrays["curve_cost"].tolist())]
+        return image(path.name, "accuracy against cost") + table(rows, ("cost alpha", *names))
+
+
+class FeatureFrequencySection(ReportSection):
+    """How often each policy acquires each feature, at the configured cost."""
+
+    title = "Features acquired, by policy (share of test instances)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "acquired_frequency" not in arrays:
+            return "<p>No acquisition frequencies were saved (the run has not finished).</p>"
+        features = list(range(arrays["acquired_frequency"].shape[1]))
+        lines = {str(name): (features, arrays["acquired_frequency"][i].tolist())
+                 for i, name in enumerate(arrays["policies"])}
+        path = plot_curve(out_dir / "aco-feature-frequency.png", "share of instances acquiring each feature",
+                          "feature index", lines)
+        return image(path.name, "acquisition frequency per feature")

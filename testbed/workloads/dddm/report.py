@@ -1,0 +1,102 @@
+"""Report sections of the DDDM workload: quality against function evaluations, samples, the estimate buffer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from testbed.report.render import RunData  # noqa: E402
+from testbed.report.sections import ReportSection, image, table  # noqa: E402
+
+MISSING = "<p>No samples were saved (the run has not finished).</p>"
+
+
+def _workload(data: RunData) -> dict:
+    return data.config.get("workload", {})
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return image(path.name, path.stem)
+
+
+def _digit_rows(ax, rows: np.ndarray) -> None:
+    """Draw rows of 8x8 digits ``[rows, count, 64]`` as one image."""
+    tiles = np.clip(rows, -1, 1).reshape(rows.shape[0], rows.shape[1], 8, 8)
+    ax.imshow(np.concatenate(np.concatenate(tiles, axis=2), axis=0), cmap="gray_r")
+    ax.set(xticks=[], yticks=[])
+
+
+class QualitySection(ReportSection):
+    """Sample-to-data distance against the number of function evaluations."""
+
+    title = "Sample quality against function evaluations"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "distance" not in arrays:
+            return MISSING
+        workload = _workload(data)
+        digits = workload.get("dataset") == "digits"
+        label = "FID-like distance (digit features)" if digits else "MMD^2 to held-out data"
+        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        ax.plot(arrays["steps"], arrays["distance"], marker="o", label=workload.get("variant", "dddm"))
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set_xticks(arrays["steps"], [str(s) for s in arrays["steps"]])
+        ax.set(xlabel="function evaluations (sampler steps)", ylabel=label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        rows = [(int(s), float(d)) for s, d in zip(arrays["steps"], arrays["distance"])]
+        return _save(fig, out_dir / "dddm-quality.png") + table(rows, ("steps", label))
+
+
+class SamplesSection(ReportSection):
+    """Samples after each number of steps, next to held-out data."""
+
+    title = "Samples by number of steps"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "samples" not in arrays:
+            return MISSING
+        steps, samples = arrays["steps"], arrays["samples"]
+        if _workload(data).get("dataset") == "digits":
+            fig, ax = plt.subplots(figsize=(10, 0.9 * (len(steps) + 1)), dpi=100)
+            _digit_rows(ax, np.concatenate([arrays["data"][None], samples])[:, :16])
+            ax.set_yticks(4 + 8 * np.arange(len(steps) + 1), ["data"] + [f"{s} steps" for s in steps])
+            return _save(fig, out_dir / "dddm-samples.png")
+        fig, axes = plt.subplots(1, len(steps) + 1, figsize=(2.6 * (len(steps) + 1), 2.8), dpi=100)
+        for ax, title, points in zip(axes, ["data"] + [f"{s} steps" for s in steps], [arrays["data"], *samples]):
+            ax.scatter(points[:, 0], points[:, 1], s=1, alpha=0.4)
+            ax.set(title=title, xlim=(-3, 3), ylim=(-3, 3), xticks=[], yticks=[], aspect="equal")
+        return _save(fig, out_dir / "dddm-samples.png")
+
+
+class BufferSection(ReportSection):
+    """What the per-sample estimate buffer holds at the end of training (DDDM only)."""
+
+    title = "Per-sample estimate buffer at the end of training"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "estimates" not in arrays:
+            return "<p>The baseline keeps no estimate buffer.</p>" if "samples" in arrays else MISSING
+        if _workload(data).get("dataset") == "digits":
+            fig, ax = plt.subplots(figsize=(10, 1.2), dpi=100)
+            _digit_rows(ax, arrays["estimates"][None, :16])
+            return _save(fig, out_dir / "dddm-buffer.png")
+        fig, ax = plt.subplots(figsize=(4, 4), dpi=100)
+        ax.scatter(arrays["estimates"][:, 0], arrays["estimates"][:, 1], s=1, alpha=0.5)
+        ax.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal", title="buffer estimates")
+        return _save(fig, out_dir / "dddm-buffer.png")
+
+
+SECTIONS: list[ReportSection] = [QualitySection(), SamplesSection(), BufferSection()]
