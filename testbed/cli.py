@@ -5,6 +5,7 @@
     testbed resume RUN_DIR [--quiet]
     testbed report RUN_DIR
     testbed list [workloads|strategies|attacks|topologies|scenarios]
+    testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
 130 interrupted (the run folder can be resumed).
@@ -50,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="list registered workloads, strategies, attacks, topologies or scenarios")
     listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
+
+    cluster = sub.add_parser("cluster", help="start, inspect or stop an emulated Ray cluster on this machine")
+    cluster.add_argument("action", choices=("up", "down", "status"))
+    cluster.add_argument("--nodes", type=int, default=3, help="nodes to start, head included (up)")
+    cluster.add_argument("--cpus-per-node", type=int, default=1, help="CPUs each node offers (up)")
+    cluster.add_argument("--head-cpus", type=int, help="CPUs of the head (up; default --cpus-per-node, 0: drivers only)")
     return parser
 
 
@@ -122,6 +129,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from cluster.local import run_command
+
+    return run_command(args.action, args.nodes, args.cpus_per_node, args.head_cpus)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     for name, summary in _listing(args.what):
         print(f"{name:28s} {summary}".rstrip())
@@ -161,6 +174,7 @@ def _first_line(entry: object) -> str:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "validate": cmd_validate, "resume": cmd_resume, "report": cmd_report, "list": cmd_list,
+    "cluster": cmd_cluster,
 }
 
 

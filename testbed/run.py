@@ -10,17 +10,22 @@ Layout of a run folder::
     report/          index.html and its PNG plots
 
 Every file is written to a temporary name and renamed, so a crash never leaves a torn file. A
-folder without summary.json is an interrupted run that `testbed resume` continues.
+folder without summary.json is an interrupted run that `testbed resume` continues. A write that the
+system refuses (disk full, read-only or unwritable folder) is a `UserError` naming the file, and
+leaves the newest good checkpoint in place for `testbed resume` once the cause is fixed.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import pickle
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -64,9 +69,10 @@ class RunFolder:
         run = cls(path)
         if run.path.exists() and any(run.path.iterdir()):
             raise UserError(f"{run.path}: run folder already exists; use 'testbed resume {run.path}' or another --run-dir")
-        run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(run.config_path, yaml.safe_dump(resolved_config, sort_keys=False).encode())
-        run.metrics_path.touch()
+        with run._writing("the run folder"):
+            run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(run.config_path, yaml.safe_dump(resolved_config, sort_keys=False).encode())
+            run.metrics_path.touch()
         return run
 
     @classmethod
@@ -88,7 +94,7 @@ class RunFolder:
     def append_metrics(self, record: dict[str, Any]) -> None:
         """Append one record and force it to disk, so a crash keeps every logged step."""
         count = self.metrics_count
-        with open(self.metrics_path, "a") as handle:
+        with self._writing(self.metrics_path.name), open(self.metrics_path, "a") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -116,7 +122,8 @@ class RunFolder:
     def truncate_metrics(self, count: int) -> None:
         """Keep the first ``count`` records: those logged before the checkpoint we resume from."""
         kept = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.read_metrics()[:count])
-        atomic_write(self.metrics_path, kept.encode())
+        with self._writing(self.metrics_path.name):
+            atomic_write(self.metrics_path, kept.encode())
         self._metrics_count = None
 
     def rewind_to_checkpoint(self) -> None:
@@ -128,16 +135,17 @@ class RunFolder:
     def save_checkpoint(self, step: int, payload: dict[str, Any]) -> Path:
         """Save a checkpoint atomically and prune old ones, keeping the newest few."""
         path = self.checkpoint_dir / f"ckpt-{step:09d}.pt"
-        fd, tmp = tempfile.mkstemp(dir=self.checkpoint_dir, prefix=".ckpt.")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save({"step": step, "metrics_count": self.metrics_count, **payload}, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with self._writing(f"checkpoints/{path.name}"):
+            fd, tmp = tempfile.mkstemp(dir=self.checkpoint_dir, prefix=".ckpt.")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    torch.save({"step": step, "metrics_count": self.metrics_count, **payload}, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
         for old in self._checkpoints()[:-KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
         return path
@@ -145,7 +153,14 @@ class RunFolder:
     def latest_checkpoint(self) -> dict[str, Any] | None:
         """The newest checkpoint, loaded with torch's safe (weights-only) unpickler."""
         checkpoints = self._checkpoints()
-        return torch.load(checkpoints[-1], weights_only=True) if checkpoints else None
+        if not checkpoints:
+            return None
+        try:
+            return torch.load(checkpoints[-1], weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:  # foreign, forged or torn
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{checkpoints[-1]}: not a checkpoint this testbed can load safely "
+                            f"(refused: {reason[:200]})") from None
 
     def _checkpoints(self) -> list[Path]:
         return sorted(self.checkpoint_dir.glob("ckpt-*.pt")) if self.checkpoint_dir.is_dir() else []
@@ -155,7 +170,8 @@ class RunFolder:
         """Save a workload's report arrays (numpy's format: no pickles)."""
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **arrays)
-        atomic_write(self.artifacts_path, buffer.getvalue())
+        with self._writing(self.artifacts_path.name):
+            atomic_write(self.artifacts_path, buffer.getvalue())
 
     def read_artifacts(self) -> dict[str, np.ndarray]:
         if not self.artifacts_path.is_file():
@@ -165,7 +181,25 @@ class RunFolder:
 
     # summary -------------------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:
-        atomic_write(self.summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
+        with self._writing(self.summary_path.name):
+            atomic_write(self.summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
     def read_summary(self) -> dict[str, Any] | None:
         return json.loads(self.summary_path.read_text()) if self.completed else None
+
+    # write errors --------------------------------------------------------------------------
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Report a refused write (disk full, read-only, permissions) as one line naming the file."""
+        try:
+            yield
+        except OSError as err:
+            code = errno.errorcode.get(err.errno, "") if err.errno else ""
+            reason = f"{err.strerror or err}" + (f" ({code})" if code else "")
+            checkpoints = self._checkpoints()
+            if checkpoints:
+                advice = (f"the last good checkpoint, checkpoints/{checkpoints[-1].name}, is intact: fix the "
+                          f"cause, then 'testbed resume {self.path}'")
+            else:
+                advice = "no checkpoint had been written yet"
+            raise UserError(f"{self.path}: cannot write {what}: {reason}; {advice}") from None

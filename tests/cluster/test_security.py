@@ -1,0 +1,258 @@
+"""Secure defaults: loopback-only Ray services, no pickles from scenario-named paths, no code from scenarios.
+
+Each attack below is real (the payload runs a shell command when handled naively); the tests check
+that the testbed refuses it with a one-line user error and that the command never ran.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from testbed.errors import UserError
+from testbed.loading import load_scenario
+from testbed.plugins import load_entry_points
+from testbed.run import RunFolder
+from testbed.workloads import WORKLOADS, Workload  # imported before any test installs a plugin
+from tests.cluster.conftest import command_line, listening_sockets, process_tree
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("testbed", "strategies", "topologies", "cluster")
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+class Payload:
+    """Unpickling this runs ``touch MARKER``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+# --- Ray services bound to loopback ---------------------------------------------------------------
+
+
+def _service_sockets(processes) -> list[tuple[str, int, str]]:
+    """Listening sockets of the dashboard and the Ray client server among ``processes``."""
+    services = ("dashboard/dashboard.py", "ray.util.client.server")
+    return [s for s in listening_sockets(processes) if any(name in s[2] for name in services)]
+
+
+def test_emulated_cluster_starts_no_dashboard_or_client_server_beyond_loopback(emulated_cluster):
+    processes = process_tree(emulated_cluster["keeper_pid"])
+    assert any("/raylet/raylet " in command_line(p) for p in processes)  # the right tree: the cluster's own processes
+
+    assert not any("ray.util.client.server" in command_line(p) for p in processes)
+    assert all(address in LOOPBACK for address, _, _ in _service_sockets(processes))
+
+
+def test_local_engine_starts_its_own_ray_with_nothing_beyond_loopback(emulated_cluster):
+    """Also while a cluster is up on this machine: `local` must not join it."""
+    import ray
+
+    from testbed.engines.ray_engine import LocalRayEngine
+
+    with LocalRayEngine(num_cpus=1, quiet=True) as engine:
+        node = ray._private.worker._global_node
+        processes = [p for info in node.all_processes.values() for i in info for p in process_tree(i.process.pid)]
+        described, address = engine.describe(), engine.ray_address
+        sockets = _service_sockets(processes)
+    assert described["nodes"] == 1 and address != emulated_cluster["address"]
+    assert "ray_client_server" not in node.all_processes
+    assert all(address in LOOPBACK for address, _, _ in sockets)
+
+
+def test_cluster_recipes_keep_the_dashboard_on_loopback():
+    recipes = [REPO / "cluster" / "ray-onprem.yaml", REPO / "cluster" / "ray-aws.yaml"]
+    for recipe in recipes:
+        head = " ".join(yaml.safe_load(recipe.read_text())["head_start_ray_commands"])
+        assert "--dashboard-host=127.0.0.1" in head, recipe
+    sbatch = (REPO / "cluster" / "slurm" / "testbed.sbatch").read_text()
+    assert "--dashboard-host=127.0.0.1" in sbatch and "--include-dashboard=false" in sbatch
+    assert "0.0.0.0" not in sbatch + "".join(r.read_text() for r in recipes)
+
+
+# --- no pickles from scenario-named paths ---------------------------------------------------------
+
+
+def test_a_forged_checkpoint_is_refused_and_never_unpickled(cli, write_scenario, tmp_path):
+    marker = tmp_path / "pwned"
+    run = RunFolder.create(tmp_path / "run", load_scenario(write_scenario()).model_dump(mode="json"))
+    forged = run.checkpoint_dir / "ckpt-000000010.pt"
+    torch.save({"step": 10, "metrics_count": 0, "state": Payload(marker)}, forged)
+
+    code, _, err = cli("resume", run.path, "--quiet")
+
+    assert code == 2 and not marker.exists()
+    assert err.startswith(f"error: {forged}: not a checkpoint this testbed can load safely") and err.count("\n") == 1
+    torch.load(forged, weights_only=False)  # the payload is real: an unrestricted load runs it
+    assert marker.exists()
+
+
+def test_a_scenario_naming_a_pickled_dataset_runs_no_code(cli, write_scenario, tmp_path):
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        (folder / name).write_bytes(pickle.dumps({b"data": Payload(marker), b"labels": [0]}))
+    path = write_scenario({"data": {"dataset": "cifar10", "path": str(folder)},
+                           "workload": {"name": "classifier", "arch": "mlp", "hidden": 8}})
+
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+
+    assert code == 2 and not marker.exists()
+    assert "not a CIFAR-10 python batch" in err and "is not allowed in a data file" in err
+
+
+def _calls(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield node, ast.unparse(node.func)
+
+
+def _keyword(call: ast.Call, name: str):
+    return next((ast.unparse(k.value) for k in call.keywords if k.arg == name), None)
+
+
+# Modules that may unpickle, and why: the MPI engine's authenticated socket between the driver and
+# its own ranks (never a file), and the CIFAR-10 reader's allow-list unpickler.
+UNPICKLING_ALLOWED = {"testbed/engines/mpi_engine.py", "testbed/engines/mpi_worker.py", "testbed/data/files.py"}
+UNSAFE_LOADERS = ("pickle.load", "pickle.loads", "pickle.Unpickler", "cloudpickle.load", "cloudpickle.loads",
+                  "dill.load", "dill.loads", "joblib.load", "marshal.load", "marshal.loads", "shelve.open")
+
+
+def test_no_module_unpickles_what_a_scenario_can_name():
+    problems = []
+    for package in PACKAGES:
+        for file in sorted((REPO / package).rglob("*.py")):
+            where = str(file.relative_to(REPO))
+            for call, name in _calls(ast.parse(file.read_text(), where)):
+                line = f"{where}:{call.lineno}: {ast.unparse(call)[:80]}"
+                if name.endswith("torch.load") and _keyword(call, "weights_only") != "True":
+                    problems.append(f"{line} (torch.load without weights_only=True)")
+                if name.endswith(("np.load", "numpy.load")) and _keyword(call, "allow_pickle") not in (None, "False"):
+                    problems.append(f"{line} (numpy.load with pickles)")
+                if name in UNSAFE_LOADERS and where not in UNPICKLING_ALLOWED:
+                    problems.append(f"{line} (unpickles)")
+                if name in ("yaml.load", "yaml.unsafe_load", "yaml.full_load", "yaml.load_all", "eval", "exec"):
+                    problems.append(f"{line} (can run code from text)")
+    assert problems == []
+
+
+# --- scenario files cannot run code ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override", [
+    "workload.hidden=!!python/object/apply:os.system ['touch {marker}']",
+    "data={{dataset: !!python/object/new:os.system ['touch {marker}']}}",
+], ids=["tag-in-value", "tag-in-mapping"])
+def test_python_tags_in_overrides_are_never_executed(cli, write_scenario, tmp_path, override):
+    marker = tmp_path / "pwned"
+
+    code, _, err = cli("run", write_scenario(), "--run-dir", tmp_path / "run", "--set", override.format(marker=marker))
+
+    assert code == 2 and not marker.exists() and "value is not valid YAML" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("changes", "refused"), [
+    ({"workload": {"name": "os:system"}}, "unknown workload 'os:system'"),
+    ({"workload": {"name": "testbed.workloads.classifier.Classifier"}}, "unknown workload"),
+    ({"kind": "federated", "data": {"dataset": "digits", "num_clients": 4},
+      "federated": {"strategy": {"name": "builtins:exec"}}}, "federated.strategy.name: unknown 'builtins:exec'"),
+    ({"kind": "federated", "data": {"dataset": "digits", "num_clients": 4},
+      "federated": {"attack": {"name": "subprocess.run"}}}, "'subprocess.run'"),
+], ids=["workload-callable", "workload-class-path", "strategy-callable", "attack-callable"])
+def test_scenarios_name_registered_entries_never_code(cli, write_scenario, changes, refused):
+    code, _, err = cli("validate", write_scenario(changes))
+
+    assert code == 2 and refused in err and err.count("\n") == 1
+
+
+# --- plugins come only from installed packages' entry points --------------------------------------
+
+PLUGIN_MODULE = '''
+from testbed.workloads.classifier import Classifier
+
+class TinyPlugin(Classifier):
+    """A classifier installed as a plugin."""
+    name = "tiny_plugin"
+
+class Misnamed(Classifier):
+    name = "something_else"
+
+NOT_A_WORKLOAD = object()
+'''
+
+
+@pytest.fixture
+def installed_plugin(tmp_path, monkeypatch):
+    """A package 'tinyplug' installed on sys.path with entry points in several groups."""
+    (tmp_path / "tinyplug.py").write_text(textwrap.dedent(PLUGIN_MODULE))
+    info = tmp_path / "tinyplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinyplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent("""\
+        [testbed.workloads]
+        tiny_plugin = tinyplug:TinyPlugin
+        [test.clash]
+        classifier = tinyplug:TinyPlugin
+        [test.wrong_type]
+        not_a_workload = tinyplug:NOT_A_WORKLOAD
+        [test.misnamed]
+        misnamed = tinyplug:Misnamed
+        [test.broken]
+        broken = tinyplug_missing_module:Thing
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tinyplug", raising=False)
+    return tmp_path
+
+
+def test_an_installed_plugin_joins_the_registry(installed_plugin):
+    registry = dict(WORKLOADS)
+
+    assert load_entry_points("testbed.workloads", registry, Workload, as_class=True) == ["tiny_plugin"]
+    assert registry["tiny_plugin"].__module__ == "tinyplug" and "tiny_plugin" not in WORKLOADS
+
+
+@pytest.mark.parametrize(("group", "refused"), [
+    ("test.clash", "'classifier' is already registered"),
+    ("test.wrong_type", "tinyplug:NOT_A_WORKLOAD is not a subclass of Workload"),
+    ("test.misnamed", "calls itself 'something_else'"),
+    ("test.broken", "cannot be loaded (ModuleNotFoundError"),
+])
+def test_a_bad_plugin_is_refused_by_name(installed_plugin, group, refused):
+    registry = dict(WORKLOADS)
+    with pytest.raises(UserError, match="from tinyplug") as caught:
+        load_entry_points(group, registry, Workload, as_class=True)
+    assert refused in str(caught.value) and registry == WORKLOADS
+
+
+def _registry_hook_installed() -> bool:
+    return "load_entry_points" in (REPO / "testbed" / "workloads" / "__init__.py").read_text()
+
+
+@pytest.mark.skipif(not _registry_hook_installed(), reason="testbed/workloads/__init__.py does not load plugins yet")
+def test_a_scenario_runs_a_plugin_workload_end_to_end(installed_plugin, write_scenario, tmp_path):
+    path = write_scenario({"workload": {"name": "tiny_plugin", "arch": "mlp", "hidden": 8},
+                           "training": {"steps": 4, "eval_every": 2, "checkpoint_every": 4}})
+    env = {**os.environ, "CI": "1", "PYTHONPATH": f"{installed_plugin}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", str(tmp_path / "run"),
+                           "--quiet"], env=env, capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
