@@ -1,7 +1,9 @@
 """Make a computation's floats independent of the process and machine it runs on.
 
 Torch's CPU kernels may split reductions differently with different thread counts, so work that
-must give identical numbers on every engine runs with one intra-op thread. Parallelism comes from
+must give identical numbers on every engine runs with one intra-op thread; numpy's and
+scikit-learn's BLAS pools are held to one thread too (threadpoolctl), which also keeps several
+workers on one machine from oversubscribing its cores. Parallelism comes from
 running many such tasks at once, which is what the engines do.
 """
 
@@ -11,6 +13,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
+from threadpoolctl import threadpool_limits
 
 
 @contextmanager
@@ -19,6 +22,7 @@ def single_threaded() -> Iterator[None]:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with threadpool_limits(limits=1):
+            yield
     finally:
         torch.set_num_threads(before)
