@@ -146,7 +146,7 @@ def _listing(what: str) -> list[tuple[str, str]]:
         folders = {REPO_SCENARIOS, Path("scenarios").resolve()}
         files = sorted({f for d in folders if d.is_dir() for f in d.rglob("*.yaml")})
         return [(_display_path(f), _scenario_title(f)) for f in files]
-    module, attribute = {"workloads": ("testbed.workloads", "WORKLOADS"), "strategies": ("strategies", "AGGREGATORS"),
+    module, attribute = {"workloads": ("testbed.workloads", "WORKLOADS"), "strategies": ("testbed.federated.strategies", "STRATEGIES"),
                          "attacks": ("strategies", "ATTACKS"), "topologies": ("topologies", "GRAPH_BUILDERS")}[what]
     registry = getattr(importlib.import_module(module), attribute, {})
     return [(name, _first_line(entry)) for name, entry in sorted(registry.items())]
@@ -168,7 +168,8 @@ def _scenario_title(path: Path) -> str:
 
 
 def _first_line(entry: object) -> str:
-    text = getattr(entry, "summary", "") or (getattr(entry, "__doc__", "") or "")
+    described = getattr(entry, "fn", entry)  # an attack is described by its function
+    text = getattr(entry, "summary", "") or (getattr(described, "__doc__", "") or "")
     return text.strip().splitlines()[0] if text.strip() else ""
 
 

@@ -98,10 +98,15 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
 def _place(tasks: list[tuple[str, str]], scenario: Scenario, quiet: bool) -> list[dict[str, Any]]:
     parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     if scenario.engine.type == "ray":
-        from testbed.engines import make_engine
+        from testbed.engines.ray_engine import RayClusterEngine
 
-        with make_engine(scenario.engine, parallel_tasks=len(tasks), quiet=True) as engine:
-            return engine.map(run_variant, tasks)
+        # The placement task reserves no CPU: the variant's own process joins the cluster and asks
+        # for the CPUs its work needs; a placement that held one could starve it on a full cluster.
+        results: list[dict[str, Any]] = []
+        with RayClusterEngine(scenario.engine.address, num_cpus_per_task=0, quiet=True) as engine:
+            for start in range(0, len(tasks), parallel):
+                results += engine.map(run_variant, tasks[start : start + parallel])
+        return results
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         return list(pool.map(lambda task: run_variant(*task), tasks))
 

@@ -19,6 +19,7 @@ import strategies as robust
 from testbed.config import StrictModel
 from testbed.data import PublicDataConfig, augment_views, public_images
 from testbed.federated.setup import FederationSetup
+from testbed.plugins import load_entry_points
 
 
 class NoParams(StrictModel):
@@ -125,6 +126,9 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust, "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
     "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
 }
+
+# Installed packages add strategies through the `testbed.strategies` entry-point group.
+load_entry_points("testbed.strategies", STRATEGIES, StrategyEntry)
 
 
 def declared_malicious(config: StrictModel, setup_malicious: int) -> int:

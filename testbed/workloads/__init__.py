@@ -8,5 +8,9 @@ from testbed.workloads import strwae  # noqa: F401
 from testbed.workloads import vsdm  # noqa: F401
 from testbed.workloads import dfm  # noqa: F401
 from testbed.workloads import dddm  # noqa: F401
+from testbed.plugins import load_entry_points
+
+# Installed packages add workloads through the `testbed.workloads` entry-point group.
+load_entry_points("testbed.workloads", WORKLOADS, Workload, as_class=True)
 
 __all__ = ["WORKLOADS", "Workload", "register"]

@@ -192,6 +192,23 @@ def test_cluster_cli_up_refuses_a_second_cluster_and_down_stops_every_process(cl
     assert cli("cluster", "status")[1].startswith("no testbed cluster is up")
 
 
+@pytest.mark.parametrize("recipe", ["ray-onprem.yaml", "ray-aws.yaml"])
+def test_ray_up_recipes_pass_rays_own_config_checks(recipe):
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = prepare_config(yaml.safe_load((Path(local.__file__).parent / recipe).read_text()))
+
+    validate_config(config)  # raises on a key or value `ray up` would reject
+    assert any("pip install -q -e ~/testbed" in c for c in config["worker_setup_commands"])
+    assert config["file_mounts"] == {"~/testbed": "."}
+
+
+def test_slurm_template_is_valid_bash():
+    template = Path(local.__file__).parent / "slurm" / "testbed.sbatch"
+    done = subprocess.run(["bash", "-n", str(template)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_run_dir_of_reads_run_and_resume_command_lines():
     assert local.run_dir_of("/v/bin/python -m testbed.cli run s.yaml --run-dir /r/a --quiet") == "/r/a"
     assert local.run_dir_of("testbed run s.yaml --run-dir=/r/b") == "/r/b"
@@ -257,3 +274,18 @@ class NodeKiller(threading.Thread):
             if any("train_chunk" in command_line(p) for p in node):
                 return node
         return []
+
+
+def test_sweep_on_the_ray_engine_places_variants_without_starving_them(emulated_cluster, write_scenario, tmp_path):
+    """Placement tasks hold no CPU, so variants that ask the full cluster for CPUs still run."""
+    from tests.conftest import TINY_SCENARIO
+
+    sweep = {**TINY_SCENARIO, "engine": {"type": "ray", "address": emulated_cluster["address"]},
+             "training": {"steps": 8, "eval_every": 4, "checkpoint_every": 4},
+             "workload": {"name": "classifier", "arch": "mlp", "hidden": 8},
+             "sweep": {"grid": {"seed": [1, 2]}, "parallel": 2}}
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(write_scenario(sweep)), "--run-dir",
+                           str(tmp_path / "sweep"), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    variants = json.loads((tmp_path / "sweep" / "summary.json").read_text())["variants"]
+    assert [v["status"] for v in variants.values()] == ["completed", "completed"]
