@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,22 +39,28 @@ class RunData:
 
 
 def render_report(run: RunFolder) -> Path:
-    """(Re-)render the report of a run folder; returns the path of index.html.
-
-    The page is built in a temporary folder and swapped in whole, so a failure never leaves a
-    report that mixes old and new plots.
-    """
+    """(Re-)render the report of a run folder; returns the path of index.html."""
     import testbed.runners  # noqa: F401  (each scenario kind registers its report sections on import)
 
     data = RunData.load(run)
     kind = data.config.get("report", {}).get("kind", "training")
+    sections = SECTIONS.get(kind, SECTIONS["training"]) + _workload_sections(data.config) + [ConfigSection()]
+    title = f"{data.config.get('name', run.path.name)}: {kind} report"
+    return publish_page(run, title, lambda out_dir: "".join(_section(s, data, out_dir) for s in sections))
+
+
+def publish_page(run: RunFolder, title: str, build_body: Callable[[Path], str]) -> Path:
+    """Write ``report/index.html`` of ``run`` with the body ``build_body(folder)`` returns.
+
+    The body's images are written into a temporary folder that replaces ``report/`` whole only
+    once the page is complete, so a failure never leaves a report mixing old and new plots.
+    """
     staging = Path(tempfile.mkdtemp(dir=run.path, prefix=".report-"))
     try:
-        sections = SECTIONS.get(kind, SECTIONS["training"]) + _workload_sections(data.config) + [ConfigSection()]
-        parts = [_section(s, data, staging) for s in sections]
-        title = html.escape(f"{data.config.get('name', run.path.name)}: {kind} report")
-        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
-                f"<style>{STYLE}</style></head><body><h1>{title}</h1>{''.join(parts)}</body></html>")
+        body = build_body(staging)
+        escaped = html.escape(title)
+        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{escaped}</title>"
+                f"<style>{STYLE}</style></head><body><h1>{escaped}</h1>{body}</body></html>")
         (staging / "index.html").write_text(page)
         if run.report_dir.exists():
             shutil.rmtree(run.report_dir)

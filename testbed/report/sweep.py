@@ -7,8 +7,6 @@ into the strategy x attack table that robustness papers print (mean and spread o
 from __future__ import annotations
 
 import html
-import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from testbed.report.plots import numeric_series, plot_curve, x_axis
-from testbed.report.render import STYLE
+from testbed.report.render import publish_page
 from testbed.report.sections import image, table
 from testbed.run import RunFolder
 
@@ -38,25 +36,13 @@ def render_sweep_report(sweep: RunFolder) -> Path:
     varied += [k for extra in sweep_block.get("variants") or [] for k in extra if k not in varied]
     variants = {slug: _load_variant(sweep.path / "variants" / slug, result)
                 for slug, result in summary["variants"].items()}
-    staging = Path(tempfile.mkdtemp(dir=sweep.path, prefix=".report-"))
-    try:
-        body = "".join([
-            _section("Variants", _variants_table(variants)),
-            _section("Pivot: strategy x attack", _pivot(variants, varied)),
-            _section("Means over seeds", _group_table(variants, varied)),
-            _section("Curves (mean over seeds)", _curves(variants, varied, staging)),
-        ])
-        title = html.escape(f"{config.get('name', sweep.path.name)}: sweep of {len(variants)} variants")
-        page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{STYLE}</style>"
-                f"</head><body><h1>{title}</h1>{body}</body></html>")
-        (staging / "index.html").write_text(page)
-        if sweep.report_dir.exists():
-            shutil.rmtree(sweep.report_dir)
-        staging.rename(sweep.report_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return sweep.report_dir / "index.html"
+    body = lambda out_dir: "".join([  # noqa: E731
+        _section("Variants", _variants_table(variants)),
+        _section("Pivot: strategy x attack", _pivot(variants, varied)),
+        _section("Means over seeds", _group_table(variants, varied)),
+        _section("Curves (mean over seeds)", _curves(variants, varied, out_dir)),
+    ])
+    return publish_page(sweep, f"{config.get('name', sweep.path.name)}: sweep of {len(variants)} variants", body)
 
 
 def _load_variant(folder: Path, result: dict[str, Any]) -> dict[str, Any]:
