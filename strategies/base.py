@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,7 @@ class RobustFedAvg(FedAvg):
             return full - global_vec
         return poison_updates(self.attack.name, updates, mask, gen, **self.attack.params)
 
+    @abstractmethod
     def _rule(
         self,
         server_round: int,
@@ -131,7 +133,6 @@ class RobustFedAvg(FedAvg):
         template: dict[str, Tensor],
     ) -> tuple[Aggregate, dict[str, Any]]:
         """Subclasses: the aggregate of ``updates`` and extra history fields."""
-        raise NotImplementedError
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
