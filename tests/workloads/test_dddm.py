@@ -39,8 +39,8 @@ def test_buffer_has_one_slot_per_training_sample_refreshed_with_model_estimates(
     written = []
     original = diffusion.dddm_step
 
-    def spy(model, x0, estimates, abar, metric, generator):
-        loss, fresh = original(model, x0, estimates, abar, metric, generator)
+    def spy(model, x0, estimates, abar, metric, generator, clip=None):
+        loss, fresh = original(model, x0, estimates, abar, metric, generator, clip)
         written.append((x0.clone(), fresh.clone()))
         return loss, fresh
 

@@ -64,13 +64,22 @@ class Denoiser(nn.Module):
         return x_t - self.net(torch.cat(features, dim=1))
 
 
+def _clipped(x: torch.Tensor, clip: float | None) -> torch.Tensor:
+    return x if clip is None else x.clamp(-clip, clip)
+
+
 def dddm_step(model: Denoiser, x0: torch.Tensor, estimates: torch.Tensor, abar: torch.Tensor, metric: Metric,
-              generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Algorithm 1 on a batch: (loss, new estimates to write back into the per-sample buffer)."""
+              generator: torch.Generator, clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Algorithm 1 on a batch: (loss, new estimates to write back into the per-sample buffer).
+
+    For bounded data (images in [-1, 1]) the stored estimate is clipped to the data range, as the
+    sampler clips it: a metric on features (Pseudo-LPIPS) does not bound the estimate's scale, and
+    feeding unbounded estimates back diverges.
+    """
     t = torch.randint(0, len(abar), (len(x0),), generator=generator)
     x_t = noisy(x0, t, abar, torch.randn(x0.shape, generator=generator))
     estimate = model(x_t, t, estimates)
-    return metric(estimate, x0).mean(), estimate.detach()
+    return metric(estimate, x0).mean(), _clipped(estimate.detach(), clip)
 
 
 def baseline_step(model: Denoiser, x0: torch.Tensor, abar: torch.Tensor, metric: Metric,
@@ -82,13 +91,14 @@ def baseline_step(model: Denoiser, x0: torch.Tensor, abar: torch.Tensor, metric:
 
 
 @torch.no_grad()
-def dddm_sample(model: Denoiser, count: int, dim: int, iterations: int, generator: torch.Generator) -> torch.Tensor:
+def dddm_sample(model: Denoiser, count: int, dim: int, iterations: int, generator: torch.Generator,
+                clip: float | None = None) -> torch.Tensor:
     """Algorithm 2: fixed ``x_T``, ``t = T``, ``x0_hat`` fed back ``iterations`` times from N(0, I)."""
     x_T = torch.randn(count, dim, generator=generator)
     estimate = torch.randn(count, dim, generator=generator)
     last = torch.full((count,), model.steps - 1)
     for _ in range(iterations):
-        estimate = model(x_T, last, estimate)
+        estimate = _clipped(model(x_T, last, estimate), clip)
     return estimate
 
 

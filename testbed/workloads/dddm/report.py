@@ -29,8 +29,9 @@ def _save(fig, path: Path) -> str:
 
 def _digit_rows(ax, rows: np.ndarray) -> None:
     """Draw rows of 8x8 digits ``[rows, count, 64]`` as one image."""
-    tiles = np.clip(rows, -1, 1).reshape(rows.shape[0], rows.shape[1], 8, 8)
-    ax.imshow(np.concatenate(np.concatenate(tiles, axis=2), axis=0), cmap="gray_r")
+    count, per_row = rows.shape[:2]
+    tiles = np.clip(rows, -1, 1).reshape(count, per_row, 8, 8)
+    ax.imshow(tiles.transpose(0, 2, 1, 3).reshape(count * 8, per_row * 8), cmap="gray_r")
     ax.set(xticks=[], yticks=[])
 
 

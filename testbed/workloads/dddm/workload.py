@@ -32,7 +32,8 @@ class DddmConfig(StrictModel):
     """Data, network, metric and samplers of the DDDM workload."""
 
     variant: Literal["dddm", "ddim"] = "dddm"
-    dataset: Literal["gaussians", "digits"] = "gaussians"
+    dataset: Literal["gaussians", "digits"] = Field(
+        "gaussians", description="eight 2-D Gaussians, or the bundled digits on the workload's own 75/25 split")
     train_size: int = Field(2000, gt=0, description="gaussians: training points (= buffer slots)")
     diffusion_steps: int = Field(1000, ge=2, description="T of the discrete VP diffusion")
     hidden: int = Field(256, gt=0)
@@ -77,6 +78,7 @@ class Dddm(Workload):
                 _FEATURES[seed] = quality.train_features(self.train_x, labels, seed)
             self.features = _FEATURES[seed]
         self.dim = self.train_x.shape[1]
+        self.clip = 1.0 if config.dataset == "digits" else None  # the data range of images
         self.abar = diffusion.alpha_bars(config.diffusion_steps)
         with torch.random.fork_rng():
             torch.manual_seed(seeds.integer("model.init"))
@@ -105,7 +107,7 @@ class Dddm(Workload):
             index = torch.randint(0, len(self.train_x), (batch_size,), generator=self.train_rng)
             if self.config.variant == "dddm":
                 loss, fresh = diffusion.dddm_step(self.model, self.train_x[index], self.estimates[index], self.abar,
-                                                  metric, self.train_rng)
+                                                  metric, self.train_rng, self.clip)
                 self.estimates[index] = fresh  # the buffer is refreshed with the model's own estimate
             else:
                 loss = diffusion.baseline_step(self.model, self.train_x[index], self.abar, metric, self.train_rng)
@@ -121,7 +123,7 @@ class Dddm(Workload):
         self.model.eval()
         count = self.config.eval_samples
         if self.config.variant == "dddm":
-            return diffusion.dddm_sample(self.model, count, self.dim, steps, generator)
+            return diffusion.dddm_sample(self.model, count, self.dim, steps, generator, self.clip)
         return diffusion.ddim_sample(self.model, self.abar, count, self.dim, steps, generator)
 
     def _measure(self, samples: torch.Tensor) -> dict[str, float]:
