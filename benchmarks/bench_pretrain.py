@@ -1,7 +1,7 @@
 """Benchmark: pretraining throughput with Best-fit Packing against concatenation and padding.
 
-Trains the same small GPT on the same documents (the Python standard library's sources) with each
-packing, through the real pipeline (`testbed run`: deepspeed launcher, 2 processes by default),
+Trains the same small GPT on the same documents (the Python standard library's docstrings and
+reference topics by default, a mix of short and long documents) with each packing, through the real pipeline (`testbed run`: deepspeed launcher, 2 processes by default),
 and prints tokens per second per process:
   tokens/s       every position of every sequence, padding included (the compute rate)
   doc tokens/s   positions that hold document tokens (the useful rate; padding wastes the rest)
@@ -13,7 +13,8 @@ separate the cost of the mask from the cost of padding.
 Each configuration runs --repeats times, interleaved, and the median is reported; the rate
 excludes start-up, evaluation and checkpoints (it is the mean over the timed training steps,
 after the first record). Not a test. Usage:
-    python benchmarks/bench_pretrain.py [--engine deepspeed|local] [--steps 60] [--repeats 1]
+    python benchmarks/bench_pretrain.py [--engine deepspeed|local] [--corpus stdlib_docs|stdlib_code]
+                                        [--steps 60] [--repeats 1] [--configurations best_fit concat ...]
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ CONFIGURATIONS = {  # name: (packing method, attention mask)
 }
 
 
-def scenario(name: str, method: str, mask: str, engine: str, steps: int) -> dict:
+def scenario(name: str, method: str, mask: str, engine: str, steps: int, corpus: str) -> dict:
     """The benchmark scenario for one configuration."""
     return {
         "name": f"bench-pretrain-{name.replace('+', '-')}",
@@ -44,7 +45,7 @@ def scenario(name: str, method: str, mask: str, engine: str, steps: int) -> dict
         "seed": 0,
         "engine": {"type": "deepspeed", "num_procs": 2} if engine == "deepspeed" else {"type": "local"},
         "pretrain": {
-            "corpus": {"source": "stdlib_code", "max_documents": 400},
+            "corpus": {"source": corpus, "max_documents": 400},
             "tokenizer": {"vocab_size": 2048, "train_documents": 200},
             "context_length": 256,
             "packing": {"method": method},
@@ -57,10 +58,10 @@ def scenario(name: str, method: str, mask: str, engine: str, steps: int) -> dict
     }
 
 
-def measure(name: str, engine: str, steps: int, workdir: Path) -> tuple[float, float]:
+def measure(name: str, engine: str, steps: int, corpus: str, workdir: Path) -> tuple[float, float]:
     """(tokens/s, document tokens/s) per process of one run, over its records after the first."""
     method, mask = CONFIGURATIONS[name]
-    raw = scenario(name, method, mask, engine, steps)
+    raw = scenario(name, method, mask, engine, steps, corpus)
     run_dir = workdir / f"{name}-{len(list(workdir.iterdir()))}"
     start_run(validate_raw(raw, "bench_pretrain"), "bench_pretrain", run_dir, quiet=True)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -74,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=("deepspeed", "local"), default="deepspeed")
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--corpus", choices=("stdlib_docs", "stdlib_code"), default="stdlib_docs")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--configurations", nargs="+", default=list(CONFIGURATIONS), choices=list(CONFIGURATIONS))
     args = parser.parse_args()
@@ -81,11 +83,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
         for _ in range(args.repeats):
             for name in args.configurations:
-                results[name].append(measure(name, args.engine, args.steps, Path(tmp)))
+                results[name].append(measure(name, args.engine, args.steps, args.corpus, Path(tmp)))
     medians = {name: (statistics.median(t for t, _ in runs), statistics.median(d for _, d in runs))
                for name, runs in results.items()}
     processes = 2 if args.engine == "deepspeed" else 1
-    print(f"engine {args.engine} ({processes} process(es)), stdlib_code corpus, L = 256, 2x128 GPT, "
+    print(f"engine {args.engine} ({processes} process(es)), {args.corpus} corpus, L = 256, 2x128 GPT, "
           f"batch 16, {args.steps} steps, median of {args.repeats}")
     header = f"{'configuration':<16} {'tokens/s':>10} {'doc tokens/s':>13} {'doc tok/s vs concat':>20}"
     print(header)

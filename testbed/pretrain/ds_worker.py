@@ -26,11 +26,21 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from testbed.loading import validate_raw
+from testbed.pretrain.batches import TrainingData
+from testbed.pretrain.config import PretrainConfig
+from testbed.pretrain.evaluation import all_reduce_sum, fact_recall, heldout_perplexity
+from testbed.pretrain.model import GPT, IGNORE_INDEX, parameter_groups, summed_loss
+from testbed.pretrain.tokenizer import load_tokenizer
+from testbed.run import RunFolder
+from testbed.seeding import SeedTree
 
 DRIVER_PID = "TESTBED_DRIVER_PID"
 DRIVER_HOST = "TESTBED_DRIVER_HOST"
@@ -104,8 +114,6 @@ class MetricWindow:
             self.state[key] += value
 
     def _global(self, device: torch.device) -> dict[str, float]:
-        from testbed.pretrain.evaluation import all_reduce_sum
-
         return dict(zip(self.FIELDS, all_reduce_sum([self.state[k] for k in self.FIELDS], device)))
 
     def consolidate(self, device: torch.device) -> None:
@@ -123,63 +131,82 @@ class MetricWindow:
                 "document_tokens_per_s_per_process": totals["document_tokens"] / seconds}
 
 
-def train(run_dir: Path, resume_tag: str | None = None) -> None:
-    """Train (or continue training) the run in ``run_dir``; every rank calls this."""
+@dataclass(frozen=True)
+class Process:
+    """This rank's place in the run."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+
+def init_process(threads: int) -> Process:
+    """Join the process group (or wrap the one Ray Train made): gloo on CPUs, NCCL on GPUs."""
     import deepspeed
 
-    from testbed.loading import validate_raw
-    from testbed.pretrain.batches import TrainingData
-    from testbed.pretrain.config import PretrainConfig
-    from testbed.pretrain.model import GPT, parameter_groups, summed_loss
-    from testbed.run import RunFolder
-    from testbed.seeding import SeedTree
-
-    scenario = validate_raw(RunFolder.open(run_dir).read_config(), source=str(run_dir / "config.yaml"))
-    config = scenario.pretrain or PretrainConfig()
     cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    bf16 = config.precision == "bf16" or (config.precision == "auto" and cuda)
-    torch.set_num_threads(config.threads_per_process)
-    data = TrainingData(run_dir / "corpus", scenario.seed)
-    torch.manual_seed(SeedTree(scenario.seed).integer("pretrain.model"))
-    model = GPT(config.model, data.manifest.vocab_size, config.context_length)
+    torch.set_num_threads(threads)
+    return Process(dist.get_rank(), dist.get_world_size(), device)
+
+
+def build_engine(config: PretrainConfig, vocab_size: int, seed: int, process: Process):
+    """The model, AdamW with its warm-up/cosine schedule, wrapped by ``deepspeed.initialize``."""
+    import deepspeed
+
+    torch.manual_seed(SeedTree(seed).integer("pretrain.model"))
+    model = GPT(config.model, vocab_size, config.context_length)
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(config.warmup_steps, config.steps))
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, lr_scheduler=scheduler,
-        config=deepspeed_config(config.batch_size, world, config.grad_clip, config.zero_stage, bf16))
+    bf16 = config.precision == "bf16" or (config.precision == "auto" and process.device.type == "cuda")
+    ds_config = deepspeed_config(config.batch_size, process.world, config.grad_clip, config.zero_stage, bf16)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    return engine
+
+
+def train_step(engine, data: TrainingData, config: PretrainConfig, step: int, process: Process) -> tuple[float, ...]:
+    """One optimizer step on this rank's rows of the global batch: (loss sum, labels, tokens, document tokens)."""
+    local = config.batch_size // process.world
+    indices = data.global_batch(step, config.batch_size)
+    batch = data.batch(indices[process.rank * local: (process.rank + 1) * local]).to(process.device)
+    engine.train()
+    logits = engine(batch.tokens, batch.document_ids if config.attention_mask == "document" else None)
+    loss_sum = summed_loss(logits, batch.labels)
+    # Divided by the global batch's label count and multiplied by the world size, because
+    # DeepSpeed averages the ranks' gradients: the result is the global per-token mean's gradient.
+    engine.backward(loss_sum * (process.world / max(data.label_count(indices), 1)))
+    engine.step()
+    labels = int((batch.labels != IGNORE_INDEX).sum())
+    return float(loss_sum.detach()), labels, batch.tokens.numel(), batch.document_tokens
+
+
+def train(run_dir: Path, resume_tag: str | None = None) -> None:
+    """Train (or continue training) the run in ``run_dir``; every rank calls this."""
+    scenario = validate_raw(RunFolder.open(run_dir).read_config(), source=str(run_dir / "config.yaml"))
+    config = scenario.pretrain or PretrainConfig()
+    process = init_process(config.threads_per_process)
+    data = TrainingData(run_dir / "corpus", scenario.seed)
+    engine = build_engine(config, data.manifest.vocab_size, scenario.seed, process)
     checkpoints = run_dir / "deepspeed"
     step, window = 0, MetricWindow()
     if resume_tag is not None:
         _, client_state = engine.load_checkpoint(str(checkpoints), tag=resume_tag)
-        step = int(client_state["step"])
-        window = MetricWindow(client_state["window"] if rank == 0 else None)
-    events = EventWriter(run_dir / "worker" / "events.jsonl" if rank == 0 else None)
-    mask = config.attention_mask == "document"
-    local = config.batch_size // world
+        step, window = int(client_state["step"]), MetricWindow(client_state["window"] if process.rank == 0 else None)
+    events = EventWriter(run_dir / "worker" / "events.jsonl" if process.rank == 0 else None)
     while step < config.steps:
         if not driver_alive():
             os._exit(3)  # nothing to save: the run continues from its last checkpoint on resume
         started = time.perf_counter()
-        indices = data.global_batch(step, config.batch_size)
-        batch = data.batch(indices[rank * local: (rank + 1) * local]).to(device)
-        engine.train()
-        logits = engine(batch.tokens, batch.document_ids if mask else None)
-        loss_sum = summed_loss(logits, batch.labels)
-        engine.backward(loss_sum * (world / max(data.label_count(indices), 1)))
-        engine.step()
-        window.add(float(loss_sum.detach()), int((batch.labels >= 0).sum()), batch.tokens.numel(), batch.document_tokens,
-                   time.perf_counter() - started)
+        window.add(*train_step(engine, data, config, step, process), time.perf_counter() - started)
         step += 1
         if step % config.eval_every == 0 or step == config.steps:
-            events.emit({"event": "metrics", "record": _record(engine, data, window, step, config, rank, world, device)})
+            events.emit({"event": "metrics", "record": evaluate(engine, data, window, step, config, process)})
         if step % config.checkpoint_every == 0 or step == config.steps:
             tag = f"step{step:09d}"
-            window.consolidate(device)
+            window.consolidate(process.device)
             engine.save_checkpoint(str(checkpoints), tag=tag, client_state={"step": step, "window": window.state})
             dist.barrier()
             events.emit({"event": "checkpoint", "step": step, "tag": tag})
@@ -187,18 +214,16 @@ def train(run_dir: Path, resume_tag: str | None = None) -> None:
     dist.barrier()
 
 
-def _record(engine, data, window: MetricWindow, step: int, config, rank: int, world: int,
-            device: torch.device) -> dict[str, float]:
-    from testbed.pretrain.evaluation import fact_recall, heldout_perplexity
-    from testbed.pretrain.tokenizer import load_tokenizer
-
-    record = {"step": step, **window.record(device), "lr": engine.get_lr()[0]}
+def evaluate(engine, data: TrainingData, window: MetricWindow, step: int, config: PretrainConfig,
+             process: Process) -> dict[str, float]:
+    """The metrics record of ``step``: training window, held-out perplexity, fact recall at the end."""
+    record = {"step": step, **window.record(process.device), "lr": engine.get_lr()[0]}
     engine.eval()
     forward = lambda tokens, doc_ids: engine(tokens, doc_ids)  # noqa: E731
-    record.update(heldout_perplexity(forward, data, rank, world, device))
+    record.update(heldout_perplexity(forward, data, process.rank, process.world, process.device))
     if step == config.steps and data.factrecall_questions() is not None:
         tokenizer = load_tokenizer(data.folder / "tokenizer.json")
-        record.update(fact_recall(forward, data, tokenizer, rank, world, device))
+        record.update(fact_recall(forward, data, tokenizer, process.rank, process.world, process.device))
     return record
 
 

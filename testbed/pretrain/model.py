@@ -9,7 +9,7 @@ Attention is PyTorch's ``scaled_dot_product_attention``: plain causal when no do
 given (the concatenation baseline), otherwise with the block-diagonal causal mask of
 `testbed.pretrain.attention.document_causal_mask` as a dense boolean mask. (FlexAttention with a
 document ``mask_mod`` gives the same numbers, but torch 2.13 has no FlexAttention backward pass on
-CPU, and its eager forward is about 20x slower there than the dense mask at these sizes.)
+CPU, and its eager forward is about 18x slower there than the dense mask at these sizes.)
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class PretrainRunner(Runner):
                         step = event["record"]["step"]
                     elif event["event"] == "checkpoint":
                         ctx.run.save_checkpoint(event["step"], {"deepspeed_tag": event["tag"]})
-                        _prune_deepspeed_tags(ctx.run.path)
+                        _prune_deepspeed_tags(ctx.run.path, event["step"])
 
                 run_training(ctx.scenario, ctx.run.path, checkpoint["deepspeed_tag"] if checkpoint else None, on_event)
         records = ctx.run.read_metrics()
@@ -86,9 +86,11 @@ class PretrainRunner(Runner):
         return {key: value for key, value in records[-1].items() if key != "step"}
 
 
-def _prune_deepspeed_tags(run_dir: Path) -> None:
-    # Keep the DeepSpeed tags of the ckpt-*.pt files the run folder kept; drop the rest.
+def _prune_deepspeed_tags(run_dir: Path, up_to_step: int) -> None:
+    # Keep the DeepSpeed tags of the ckpt-*.pt files the run folder kept; drop older ones. Tags newer
+    # than the event being handled stay: the workers may already have written them while the driver
+    # is still catching up on its event stream.
     kept = {deepspeed_tag(int(path.stem.split("-")[1])) for path in (run_dir / "checkpoints").glob("ckpt-*.pt")}
     for folder in (run_dir / "deepspeed").glob("step*"):
-        if folder.is_dir() and folder.name not in kept:
+        if folder.is_dir() and folder.name not in kept and folder.name < deepspeed_tag(up_to_step):
             shutil.rmtree(folder, ignore_errors=True)

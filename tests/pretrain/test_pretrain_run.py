@@ -109,7 +109,8 @@ def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_referenc
     # Records come at steps 2, 4, 6 and DeepSpeed checkpoints at 3 and 6: killed after step 4's record.
     killed = _testbed("run", path, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
     assert killed.returncode == -9
-    assert [r["step"] for r in _records(run_dir)] == [2, 4]
+    before_kill = _records(run_dir)
+    assert [r["step"] for r in before_kill] == [2, 4]
     # The driver recorded only the checkpoint at step 3 (ranks may have saved step 6 before they noticed
     # their driver had died; the resumed run replaces that folder).
     assert [p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-000000003.pt"]
@@ -118,6 +119,9 @@ def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_referenc
     assert resumed.returncode == 0, resumed.stderr
     records = _records(run_dir)
     assert [r["step"] for r in records] == [2, 4, 6]
+    # Step 4 was computed again from the checkpoint at step 3: the same numbers as before the kill.
+    assert {k: records[1][k] for k in DETERMINISTIC if k in records[1]} == \
+        {k: before_kill[1][k] for k in DETERMINISTIC if k in before_kill[1]}
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["engine"] == {"type": "deepspeed", "num_procs": 2}
     # Two processes and one give the same numbers up to float summation order.
