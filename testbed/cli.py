@@ -1,6 +1,6 @@
 """The ``testbed`` command line.
 
-    testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet]
+    testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet] [--no-sweep]
     testbed validate FILE... [--set KEY=VALUE ...]
     testbed resume RUN_DIR [--quiet]
     testbed report RUN_DIR
@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a scenario field, e.g. --set training.steps=50 (repeatable; type-checked)")
     run.add_argument("--run-dir", type=Path, help="run folder to create (default runs/<name>-<timestamp>)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--no-sweep", action="store_true",
+                     help="run the scenario once as written, ignoring its sweep: block")
 
     validate = sub.add_parser("validate", help="check scenario files fully without starting anything")
     validate.add_argument("files", nargs="+", help="scenario YAML files")
@@ -66,6 +68,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.sweep import run_sweep
 
     raw = load_raw(args.file, args.overrides)
+    if args.no_sweep:
+        # The base scenario of a sweep file is a complete scenario of its own: one file serves
+        # both the quick single run and its multi-seed sweep.
+        raw.pop("sweep", None)
     scenario = validate_raw(raw, args.file, args.overrides)
     if scenario.sweep is not None:
         run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet)

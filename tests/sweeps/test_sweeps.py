@@ -63,3 +63,12 @@ def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_
     page = (sweep_dir / "report" / "index.html").read_text()
     assert "Means over seeds" in page and "sweep-curves.png" in page
 
+
+
+def test_no_sweep_runs_the_base_scenario_once(cli, write_scenario, tmp_path):
+    path = write_scenario(SWEEP)
+    code, out, err = cli("run", path, "--run-dir", tmp_path / "once", "--quiet", "--no-sweep")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "once" / "summary.json").read_text())
+    assert summary.get("kind") != "sweep" and not (tmp_path / "once" / "variants").exists()
+    assert "sweep: null" in (tmp_path / "once" / "config.yaml").read_text()
