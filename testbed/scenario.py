@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from testbed.config import PluginSpec, StrictModel
 from testbed.data.partition import IidPartition, PartitionConfig
@@ -82,11 +82,41 @@ class TrainingConfig(StrictModel):
     checkpoint_every: int = Field(50, gt=0)
 
 
+class OodConfig(StrictModel):
+    """OODRobustBench's evaluation of a final model (``testbed.workloads.oodrobust.evaluate_ood``).
+
+    Robust accuracy in distribution under the seen threat (an L-inf PGD + MM-k ensemble), under
+    dataset shifts (corruptions at severities, typeset digits) and under unseen threats. Defined
+    here, not in the workload package, because the report block of the scenario needs it and the
+    workloads import this module.
+    """
+
+    epsilon: float = Field(0.1, gt=0, le=1, description="seen threat: L-inf budget on [0, 1] pixels")
+    attack_steps: int = Field(20, gt=0)
+    restarts: int = Field(2, gt=0, description="PGD-CE starts (the first from the clean input)")
+    margin_classes: int = Field(3, ge=0, description="MM-k: targeted margin attacks on the top-k wrong classes")
+    id_attack: Literal["ensemble", "pgd"] = Field("ensemble", description="pgd: one PGD-CE run (weaker)")
+    corruptions: list[Literal["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
+                              "brightness", "translate", "elastic"]] = Field(
+        default_factory=lambda: ["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
+                                 "brightness", "translate", "elastic"])
+    severities: list[Annotated[int, Field(ge=1, le=5)]] = Field(default_factory=lambda: [2, 4])
+    natural: bool = Field(True, description="the typeset-digits shift (8x8 digits only)")
+    threats: list[Literal["linf_large", "l2", "rotation", "patch"]] = Field(
+        default_factory=lambda: ["linf_large", "l2", "rotation", "patch"])
+    linf_large_scale: float = Field(1.5, gt=1, description="linf_large budget = scale * epsilon")
+    l2_epsilon: float = Field(1.0, gt=0)
+    rotation_degrees: float = Field(30.0, gt=0, le=180)
+    patch_size: int = Field(2, gt=0)
+    eval_size: int = Field(300, gt=0, description="test samples evaluated (the first ones of the split)")
+
+
 class ReportConfig(StrictModel):
     """What the run's report shows and which experiment trackers receive its metrics."""
 
     kind: Literal["training", "robustness", "privacy", "pretraining"] = "training"
     trackers: list[Literal["tensorboard", "mlflow"]] = Field(default_factory=list)
+    ood: OodConfig | None = Field(None, description="federated: evaluate the final global model out of distribution")
 
 
 class SweepConfig(StrictModel):
@@ -99,6 +129,9 @@ class SweepConfig(StrictModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     variants: list[dict[str, Any]] = Field(default_factory=list)
     parallel: int | None = Field(None, gt=0, description="variants at once; default: CPUs / 2")
+    metrics: list[str] = Field(default_factory=list, description=(
+        "final metrics the comparison report tabulates and plots; default: test accuracy and loss "
+        "where the runs report them, otherwise every numeric final metric the variants share"))
 
 
 class Scenario(StrictModel):
@@ -117,6 +150,15 @@ class Scenario(StrictModel):
     federated: FederatedConfig | None = None
     decentralized: DecentralizedConfig | None = None
     sweep: SweepConfig | None = None
+
+    @field_validator("report")
+    @classmethod
+    def _ood_only_in_federated_robustness_reports(cls, value: ReportConfig, info: ValidationInfo) -> ReportConfig:
+        # The OOD evaluation runs on a federated run's final global model and renders in the robustness
+        # report; elsewhere it would be silently ignored (the oodrobust workload has its own block).
+        if value.ood is not None and (info.data.get("kind") != "federated" or value.kind != "robustness"):
+            raise ValueError("ood: set only in kind: federated scenarios with report kind: robustness")
+        return value
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from testbed.report.sections import image, table
 from testbed.run import RunFolder
 
 HEADLINE_METRICS = ("test_accuracy", "accuracy", "test_loss", "loss")
+MAX_DEFAULT_METRICS = 8  # beyond this the tables stop being readable; name metrics in `sweep.metrics`
 
 
 def mean_spread(values: list[float]) -> str:
@@ -36,11 +37,12 @@ def render_sweep_report(sweep: RunFolder) -> Path:
     varied += [k for extra in sweep_block.get("variants") or [] for k in extra if k not in varied]
     variants = {slug: _load_variant(sweep.path / "variants" / slug, result)
                 for slug, result in summary["variants"].items()}
+    metrics = compared_metrics(variants, sweep_block.get("metrics") or [])
     body = lambda out_dir: "".join([  # noqa: E731
-        _section("Variants", _variants_table(variants)),
+        _section("Variants", _variants_table(variants, metrics)),
         _section("Pivot: strategy x attack", _pivot(variants, varied)),
-        _section("Means over seeds", _group_table(variants, varied)),
-        _section("Curves (mean over seeds)", _curves(variants, varied, out_dir)),
+        _section("Means over seeds", _group_table(variants, varied, metrics)),
+        _section("Curves (mean over seeds)", _curves(variants, varied, metrics, out_dir)),
     ])
     return publish_page(sweep, f"{config.get('name', sweep.path.name)}: sweep of {len(variants)} variants", body)
 
@@ -55,12 +57,21 @@ def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>{body}</section>" if body else ""
 
 
-def _headline(metrics: dict[str, Any]) -> list[str]:
-    return [k for k in HEADLINE_METRICS if k in metrics]
+def compared_metrics(variants: dict[str, dict[str, Any]], chosen: list[str]) -> list[str]:
+    """The final metrics the report compares: ``chosen`` if given, else the headline ones present,
+    else every numeric final metric all completed variants share (a workload's own metrics)."""
+    finals = [v.get("final_metrics", {}) for v in variants.values() if v["status"] == "completed"]
+    if chosen:
+        return list(chosen)
+    present = [k for k in HEADLINE_METRICS if any(k in f for f in finals)]
+    if present or not finals:
+        return present
+    shared = set.intersection(*(set(k for k, x in f.items() if isinstance(x, (int, float))) for f in finals))
+    return sorted(shared)[:MAX_DEFAULT_METRICS]
 
 
-def _variants_table(variants: dict[str, dict[str, Any]]) -> str:
-    keys = sorted({k for v in variants.values() for k in _headline(v.get("final_metrics", {}))})
+def _variants_table(variants: dict[str, dict[str, Any]], metrics: list[str]) -> str:
+    keys = metrics
     rows = [(slug, v["status"], *[v.get("final_metrics", {}).get(k, "-") for k in keys], v.get("error", ""))
             for slug, v in sorted(variants.items())]
     return table(rows, ("variant", "status", *keys, "error"))
@@ -81,12 +92,11 @@ def _groups(variants: dict[str, dict[str, Any]], keys: list[str]) -> dict[tuple,
     return groups
 
 
-def _group_table(variants: dict[str, dict[str, Any]], grid_keys: list[str]) -> str:
+def _group_table(variants: dict[str, dict[str, Any]], grid_keys: list[str], metrics: list[str]) -> str:
     keys = [k for k in grid_keys if k != "seed"]
     if not keys or "seed" not in grid_keys:
         return ""
     groups = _groups(variants, keys)
-    metrics = sorted({m for g in groups.values() for v in g for m in _headline(v["final_metrics"])})
     rows = [(*group, len(members), *[mean_spread([v["final_metrics"][m] for v in members if m in v["final_metrics"]])
                                       for m in metrics]) for group, members in sorted(groups.items(), key=str)]
     return table(rows, (*keys, "seeds", *metrics))
@@ -109,14 +119,14 @@ def _pivot(variants: dict[str, dict[str, Any]], grid_keys: list[str]) -> str:
     return note + table(rows, ("strategy", *map(str, attacks), "mean over attacks"))
 
 
-def _curves(variants: dict[str, dict[str, Any]], grid_keys: list[str], out_dir: Path) -> str:
+def _curves(variants: dict[str, dict[str, Any]], grid_keys: list[str], metrics: list[str], out_dir: Path) -> str:
     keys = [k for k in grid_keys if k != "seed"] or grid_keys
     groups = _groups(variants, keys)
     lines: dict[str, tuple[list[float], list[float]]] = {}
     metric = None
     for group, members in sorted(groups.items(), key=str):
         curves = [numeric_series(v["metrics"]) for v in members]
-        metric = metric or next((m for m in HEADLINE_METRICS if all(m in c for c in curves)), None)
+        metric = metric or next((m for m in metrics if all(m in c for c in curves)), None)
         if metric is None or not all(metric in c for c in curves):
             continue
         length = min(len(c[metric][1]) for c in curves)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from testbed.faults import KILL_AFTER_RECORDS
+from testbed.report.sweep import compared_metrics
 from testbed.sweep import expand_variants, variant_slug
 from tests.conftest import TINY_SCENARIO
 
@@ -72,3 +73,13 @@ def test_no_sweep_runs_the_base_scenario_once(cli, write_scenario, tmp_path):
     summary = json.loads((tmp_path / "once" / "summary.json").read_text())
     assert summary.get("kind") != "sweep" and not (tmp_path / "once" / "variants").exists()
     assert "sweep: null" in (tmp_path / "once" / "config.yaml").read_text()
+
+
+def test_the_report_compares_chosen_headline_or_shared_workload_metrics():
+    done = lambda **final: {"status": "completed", "final_metrics": final}  # noqa: E731
+    workload = {"a": done(test_sw=0.1, test_kl=0.3, label="x"), "b": done(test_sw=0.2, other=1.0),
+                "c": {"status": "failed"}}
+    assert compared_metrics(workload, []) == ["test_sw"]
+    assert compared_metrics(workload, ["test_kl"]) == ["test_kl"]
+    classifier = {"a": done(test_accuracy=0.9, test_loss=0.3, train_s=1.0)}
+    assert compared_metrics(classifier, []) == ["test_accuracy", "test_loss"]

@@ -6,7 +6,7 @@ at t = T; ``ddim`` is an x_0-predicting diffusion model with the same network si
 DDIM. Both are measured after 1, 2, ... ``sample_steps`` function evaluations. The data
 (``dataset``) are synthetic or the bundled digits, so ``data.dataset`` is ignored.
 
-Example: ``testbed run scenarios/workloads/dddm.yaml --set workload.variant=ddim``.
+Example: ``testbed run scenarios/workloads/dddm.yaml --no-sweep --set workload.variant=ddim``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ masking DFM (CE on masked tokens, continuous t; CTMC sampler with the eta knob) 
 ``task: codesign`` trains the mini-Multiflow joint model on 2-D chains and their turn
 sequences. Both tasks use synthetic data, so ``data.dataset`` is ignored.
 
-Example: ``testbed run scenarios/workloads/dfm.yaml --set workload.variant=d3pm``.
+Example: ``testbed run scenarios/workloads/dfm.yaml --no-sweep --set workload.variant=d3pm``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ then (for ``vsdm`` only) one stochastic-approximation update of A from ``a_paths
 paths, after which the closed-form kernels are rebuilt. The data are synthetic (``shape``), so
 ``data.dataset`` is ignored.
 
-Example: ``testbed run scenarios/workloads/vsdm.yaml --set workload.variant=dsm``.
+Example: ``testbed run scenarios/workloads/vsdm.yaml --no-sweep --set workload.variant=dsm``.
 """
 
 from __future__ import annotations
