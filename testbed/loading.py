@@ -41,6 +41,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+# Keys whose value selects which schema the rest of their block follows.
+SWITCH_KEYS = frozenset({"type"})
+
+
 def apply_override(raw: dict[str, Any], override: str) -> None:
     """Apply one ``a.b=value`` override in place; the value is parsed as YAML (so ``3`` is an int)."""
     key, sep, text = override.partition("=")
@@ -58,6 +62,10 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
             path = ".".join(parts[: depth + 1])
             raise ScenarioError(f"--set {override}: '{path}' is a value, not a section")
         node = child
+    if node is not raw and parts[-1] in SWITCH_KEYS and node.get(parts[-1], value) != value:
+        # Switching a block's type (``--set engine.type=ray``) leaves its old type's keys
+        # meaningless, and the strict schema would refuse them: start the block afresh.
+        node.clear()
     node[parts[-1]] = value
 
 

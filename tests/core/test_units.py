@@ -98,3 +98,14 @@ def test_classifier_learns_digits_and_resumes_bit_exactly():
 def test_cnn_on_tabular_data_is_refused():
     with pytest.raises(ScenarioError, match="tabular"):
         validate_raw({**TINY_SCENARIO, "data": {"dataset": "iris"}}, "s.yaml")
+
+
+def test_switching_a_block_type_by_override_starts_that_block_afresh():
+    from testbed.loading import apply_override
+
+    raw = {"name": "s", "kind": "workload", "engine": {"type": "local", "num_cpus": 2, "use_ray": "never"}}
+    apply_override(raw, "engine.type=ray")
+    assert raw["engine"] == {"type": "ray"}
+    apply_override(raw, "engine.address=auto")
+    apply_override(raw, "engine.type=ray")  # the same type: the block is kept
+    assert raw["engine"] == {"type": "ray", "address": "auto"}
