@@ -173,3 +173,13 @@ def test_transition_matrix_of_disconnected_graph_is_refused():
 
     with pytest.raises(TopologyError, match=r"graph 'unnamed' is disconnected \(2 components\)"):
         metropolis_hastings(graph)
+
+
+def test_large_sparse_walks_take_the_lanczos_path_and_match_the_dense_spectrum():
+    from topologies import build_graph
+    from topologies.spectral import SPARSE_SPECTRUM_FROM, eigenvalues
+
+    walk = metropolis_hastings(build_graph("erdos_renyi", n=SPARSE_SPECTRUM_FROM, seed=3), sparse=True)
+    dense = eigenvalues(walk)
+    assert spectral_gap(walk) == pytest.approx(1 - dense[1], abs=1e-10)
+    assert spectral_gap(walk, absolute=True) == pytest.approx(1 - max(dense[1], abs(dense[-1])), abs=1e-10)
