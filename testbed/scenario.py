@@ -30,6 +30,10 @@ class LocalEngineConfig(StrictModel):
     use_ray: Literal["auto", "always", "never"] = Field(
         "auto", description="auto: start Ray only when the run has work to spread over processes"
     )
+    dashboard: bool = Field(False, description="start Ray's dashboard to watch the run (off: saves seconds)")
+    dashboard_host: str = Field(
+        "127.0.0.1", min_length=1,
+        description="interface the dashboard listens on; anything but loopback exposes it to the network")
 
 
 class RayEngineConfig(StrictModel):
@@ -105,9 +109,9 @@ class OodConfig(StrictModel):
     threats: list[Literal["linf_large", "l2", "rotation", "patch"]] = Field(
         default_factory=lambda: ["linf_large", "l2", "rotation", "patch"])
     linf_large_scale: float = Field(1.5, gt=1, description="linf_large budget = scale * epsilon")
-    l2_epsilon: float = Field(1.0, gt=0)
-    rotation_degrees: float = Field(30.0, gt=0, le=180)
-    patch_size: int = Field(2, gt=0)
+    l2_epsilon: float = Field(0.5, gt=0)
+    rotation_degrees: float = Field(15.0, gt=0, le=180)
+    patch_size: int = Field(1, gt=0, description="side of the adversarial square patch, pixels")
     eval_size: int = Field(300, gt=0, description="test samples evaluated (the first ones of the split)")
 
 

@@ -7,6 +7,7 @@ process they run in, which is what makes the same scenario give the same numbers
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Sequence
 
@@ -81,7 +82,9 @@ def make_engine(config: EngineConfig, parallel_tasks: int, quiet: bool = False) 
 
     if config.type == "local":
         wants_ray = config.use_ray == "always" or (config.use_ray == "auto" and parallel_tasks > 1)
-        return LocalRayEngine(config.num_cpus, quiet) if wants_ray else InProcessEngine()
+        if not wants_ray:
+            return InProcessEngine()
+        return LocalRayEngine(config.num_cpus, quiet, config.dashboard_host if config.dashboard else None)
     if config.type == "ray":
         return RayClusterEngine(config.address, config.num_cpus_per_task, quiet)
     if config.type == "deepspeed":
@@ -99,3 +102,6 @@ def preflight_engine(config: EngineConfig, source: str) -> None:
         from testbed.engines.ray_engine import check_ray_address
 
         check_ray_address(config.address, source)
+    if config.type == "local" and config.dashboard and importlib.util.find_spec("aiohttp_cors") is None:
+        raise UserError(f"{source}: engine.dashboard: Ray's dashboard needs its extra packages: "
+                        "pip install 'ray[default]'")

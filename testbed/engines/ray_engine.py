@@ -78,15 +78,20 @@ class LocalRayEngine(_RayEngine):
 
     name = "local"
 
-    def __init__(self, num_cpus: int | None, quiet: bool):
+    def __init__(self, num_cpus: int | None, quiet: bool, dashboard_host: str | None = None):
         super().__init__(1.0, quiet)
         self.num_cpus = num_cpus or os.cpu_count() or 1
+        self.dashboard_host = dashboard_host
 
     def _init_args(self) -> dict[str, Any]:
-        # No dashboard: it would listen on a port and adds seconds to start-up. address "local":
-        # without it ray.init joins whatever cluster /tmp/ray/ray_current_cluster names (a
-        # `testbed cluster up` or `ray start --head` on this machine) instead of starting Ray here.
-        return {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
+        # address "local": without it ray.init joins whatever cluster /tmp/ray/ray_current_cluster
+        # names (a `testbed cluster up` or `ray start --head` on this machine) instead of starting
+        # Ray here. No dashboard unless asked for (it listens on a port and adds seconds to
+        # start-up); when asked for, on loopback unless the scenario names another interface.
+        args: dict[str, Any] = {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
+        if self.dashboard_host is not None:
+            args.update(include_dashboard=True, dashboard_host=self.dashboard_host)
+        return args
 
 
 class RayClusterEngine(_RayEngine):

@@ -24,6 +24,8 @@ import yaml
 
 from cluster import hostfiles, local
 from tests.cluster.conftest import command_line, process_tree, read_json_lines, still_running
+from tests.decentralized.conftest import TINY as DECENTRALIZED
+from tests.decentralized.test_dec_engines import _assert_same_run
 from tests.federated.test_federated_runs import FEDERATED
 
 LONGER = {"training": {"steps": 80, "eval_every": 10, "checkpoint_every": 20}}
@@ -73,6 +75,19 @@ def test_federated_on_three_nodes_matches_local_and_status_lists_it(tmp_path, em
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     assert _without_timings(tmp_path / "cluster") == _without_timings(tmp_path / "local")
     assert _summary(tmp_path / "cluster")["final_metrics"] == _summary(tmp_path / "local")["final_metrics"]
+
+
+def test_decentralized_on_three_nodes_matches_local(tmp_path, emulated_cluster):
+    path = tmp_path / "dec.yaml"
+    path.write_text(yaml.safe_dump({**DECENTRALIZED, "engine": {"type": "local"}}))
+    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
+    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
+                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
+    for code, err in (_finish(local_run), _finish(cluster_run)):
+        assert code == 0, err
+
+    assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
+    _assert_same_run(tmp_path / "cluster", tmp_path / "local")
 
 
 def _wait_for_run_in_status(run_dir: Path, run: subprocess.Popen) -> dict:

@@ -74,6 +74,22 @@ def test_local_engine_starts_its_own_ray_with_nothing_beyond_loopback(emulated_c
     assert all(address in LOOPBACK for address, _, _ in sockets)
 
 
+@pytest.mark.parametrize(("engine", "expected"), [
+    ({"type": "local"}, {"include_dashboard": False}),
+    ({"type": "local", "dashboard": True}, {"include_dashboard": True, "dashboard_host": "127.0.0.1"}),
+    ({"type": "local", "dashboard": True, "dashboard_host": "0.0.0.0"},
+     {"include_dashboard": True, "dashboard_host": "0.0.0.0"}),
+], ids=["default-off", "asked-loopback", "asked-all-interfaces"])
+def test_the_local_dashboard_is_off_or_on_loopback_unless_the_scenario_asks(engine, expected):
+    from testbed.engines.base import make_engine
+    from testbed.loading import validate_raw
+
+    scenario = validate_raw({"name": "d", "kind": "workload", "workload": {"name": "classifier"},
+                             "engine": {**engine, "use_ray": "always"}}, "d.yaml")
+    args = make_engine(scenario.engine, parallel_tasks=2)._init_args()
+    assert {k: args[k] for k in expected} == expected and ("dashboard_host" in args) == ("dashboard_host" in expected)
+
+
 def test_cluster_recipes_keep_the_dashboard_on_loopback():
     recipes = [REPO / "cluster" / "ray-onprem.yaml", REPO / "cluster" / "ray-aws.yaml"]
     for recipe in recipes:
