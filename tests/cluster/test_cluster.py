@@ -27,6 +27,7 @@ from tests.cluster.conftest import command_line, process_tree, read_json_lines, 
 from tests.decentralized.conftest import TINY as DECENTRALIZED
 from tests.decentralized.test_dec_engines import _assert_same_run
 from tests.federated.test_federated_runs import FEDERATED
+from tests.pretrain.test_pretrain_run import DETERMINISTIC, TINY_PRETRAIN
 
 LONGER = {"training": {"steps": 80, "eval_every": 10, "checkpoint_every": 20}}
 
@@ -88,6 +89,26 @@ def test_decentralized_on_three_nodes_matches_local(tmp_path, emulated_cluster):
 
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     _assert_same_run(tmp_path / "cluster", tmp_path / "local")
+
+
+def test_pretraining_through_ray_train_on_three_nodes_matches_one_process(tmp_path, emulated_cluster):
+    """Ray Train's TorchTrainer runs the DeepSpeed loop with two workers placed on the cluster."""
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(yaml.safe_dump({**TINY_PRETRAIN, "pretrain": {**TINY_PRETRAIN["pretrain"], "ray_workers": 2}}))
+    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
+    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
+                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
+    for code, err in (_finish(local_run), _finish(cluster_run)):
+        assert code == 0, err
+
+    assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
+    ours, reference = (read_json_lines(tmp_path / name / "metrics.jsonl") for name in ("cluster", "local"))
+    assert [r["step"] for r in ours] == [r["step"] for r in reference]
+    # Two workers and one process give the same numbers up to float summation order.
+    for mine, theirs in zip(ours, reference):
+        for key in DETERMINISTIC:
+            if key in theirs:
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
 
 
 def _wait_for_run_in_status(run_dir: Path, run: subprocess.Popen) -> dict:
