@@ -8,7 +8,9 @@ process they run in, which is what makes the same scenario give the same numbers
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from testbed.errors import UserError
@@ -68,6 +70,11 @@ class LauncherEngine(InProcessEngine):
         self.name = config.type
         self.config = config
 
+    def start(self) -> None:
+        # At start, not in `validate`: checking a hostfile means connecting to its hosts.
+        if getattr(self.config, "hostfile", None):
+            check_hosts_reachable(self.config.hostfile)
+
     def describe(self) -> dict[str, Any]:
         return {"type": self.name, "num_procs": self.config.num_procs}
 
@@ -105,3 +112,20 @@ def preflight_engine(config: EngineConfig, source: str) -> None:
     if config.type == "local" and config.dashboard and importlib.util.find_spec("aiohttp_cors") is None:
         raise UserError(f"{source}: engine.dashboard: Ray's dashboard needs its extra packages: "
                         "pip install 'ray[default]'")
+
+
+def check_hosts_reachable(hostfile: str) -> None:
+    """The deepspeed launcher reaches every host of a hostfile, localhost included, by passwordless
+    SSH (pdsh): check that first, so a missing key is one line here, not a launcher traceback."""
+    from cluster.hostfiles import hosts_from_file
+
+    for host in hosts_from_file(hostfile):
+        command = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host.name, "true"]
+        try:
+            reached = subprocess.run(command, capture_output=True, timeout=15).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            reached = False
+        if not reached:
+            raise UserError(f"{hostfile}: engine.hostfile: host {host.name!r} is not reachable by "
+                            "passwordless SSH, which the deepspeed launcher needs; set up SSH keys, or drop "
+                            "engine.hostfile to run num_procs processes on this machine")

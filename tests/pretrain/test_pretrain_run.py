@@ -130,3 +130,13 @@ def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_referenc
             if key in reference:
                 assert ours[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
     assert sorted(p.name for p in (run_dir / "deepspeed").glob("step*")) == ["step000000003", "step000000006"]
+
+
+def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_folder(cli, pretrain_scenario, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("no-such-host.invalid slots=2\n")
+    path = pretrain_scenario(type="deepspeed", num_procs=2, hostfile=str(hostfile))
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "engine.hostfile: host 'no-such-host.invalid' is not reachable by passwordless SSH" in err
+    assert not (tmp_path / "run").exists()
