@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from testbed.errors import UserError
