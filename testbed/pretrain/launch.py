@@ -47,6 +47,16 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def release_shared_memory(port: int, folder: Path = Path("/dev/shm")) -> None:
+    """Delete the shared-memory all-reduce buffers DeepSpeed's CPU backend left for this rendezvous.
+
+    DeepSpeed names them after the master address and port and never unlinks them: each CPU run
+    would otherwise keep about 70 MB per process in /dev/shm (RAM) until the machine reboots.
+    """
+    for buffer in folder.glob(f"deepspeed_*_{port}_*"):
+        buffer.unlink(missing_ok=True)
+
+
 def worker_environment() -> dict[str, str]:
     """Environment of the training processes: CPU accelerator without CUDA, and who the driver is."""
     import torch
@@ -61,19 +71,19 @@ def worker_arguments(run_dir: Path, resume_tag: str | None) -> list[str]:
     return ["--run-dir", str(run_dir.resolve())] + (["--resume-tag", resume_tag] if resume_tag else [])
 
 
-def deepspeed_command(engine: DeepSpeedEngineConfig, run_dir: Path, resume_tag: str | None) -> list[str]:
+def deepspeed_command(engine: DeepSpeedEngineConfig, run_dir: Path, resume_tag: str | None, port: int) -> list[str]:
     """The ``deepspeed`` launcher command line for this run."""
     command = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", str(engine.num_procs),
-               "--master_port", str(free_port())]
+               "--master_port", str(port)]
     if engine.hostfile:
         command += ["--hostfile", engine.hostfile]
     return command + ["--module", WORKER_MODULE, *worker_arguments(run_dir, resume_tag)]
 
 
-def local_command(run_dir: Path, resume_tag: str | None) -> tuple[list[str], dict[str, str]]:
+def local_command(run_dir: Path, resume_tag: str | None, port: int) -> tuple[list[str], dict[str, str]]:
     """One training process without a launcher, and its single-rank torch.distributed environment."""
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     return [sys.executable, "-m", WORKER_MODULE, *worker_arguments(run_dir, resume_tag)], env
 
 
@@ -89,10 +99,11 @@ def run_training(scenario: Scenario, run_dir: Path, resume_tag: str | None, on_e
         follow_events(events_path, finished, on_event)
         finished.raise_error()
         return
+    port = free_port()
     if scenario.engine.type == "deepspeed":
-        command, extra_env = deepspeed_command(scenario.engine, run_dir, resume_tag), {}
+        command, extra_env = deepspeed_command(scenario.engine, run_dir, resume_tag, port), {}
     else:
-        command, extra_env = local_command(run_dir, resume_tag)
+        command, extra_env = local_command(run_dir, resume_tag, port)
     log_path = worker_dir / "launcher.log"
     _stop_previous_launch(worker_dir, run_dir)
     with open(log_path, "ab") as log:
@@ -103,6 +114,7 @@ def run_training(scenario: Scenario, run_dir: Path, resume_tag: str | None, on_e
             follow_events(events_path, lambda: process.poll() is not None, on_event)
         finally:
             _stop_group(process)
+            release_shared_memory(port)
     if process.returncode != 0:
         raise RuntimeError(f"training processes exited with code {process.returncode}; "
                            f"last lines of {log_path}:\n{_tail(log_path)}")

@@ -140,3 +140,14 @@ def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_fold
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert "engine.hostfile: host 'no-such-host.invalid' is not reachable by passwordless SSH" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_deepspeed_shared_memory_buffers_of_a_finished_run_are_released(tmp_path):
+    from testbed.pretrain.launch import release_shared_memory
+
+    ours = [tmp_path / f"deepspeed_allreduce_buffer_0_127.0.0.1_29611_{rank}" for rank in (0, 1)]
+    others = [tmp_path / "deepspeed_allreduce_buffer_0_127.0.0.1_29612_0", tmp_path / "mpich_shm_29611"]
+    for path in ours + others:
+        path.write_bytes(b"x")
+    release_shared_memory(29611, folder=tmp_path)
+    assert not any(p.exists() for p in ours) and all(p.exists() for p in others)
