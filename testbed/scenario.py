@@ -104,7 +104,7 @@ class OodConfig(StrictModel):
                               "brightness", "translate", "elastic"]] = Field(
         default_factory=lambda: ["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
                                  "brightness", "translate", "elastic"])
-    severities: list[Annotated[int, Field(ge=1, le=5)]] = Field(default_factory=lambda: [2, 4])
+    severities: list[Annotated[int, Field(ge=1, le=5)]] = Field(default_factory=lambda: [2, 4], min_length=1)
     natural: bool = Field(True, description="the typeset-digits shift (8x8 digits only)")
     threats: list[Literal["linf_large", "l2", "rotation", "patch"]] = Field(
         default_factory=lambda: ["linf_large", "l2", "rotation", "patch"])

@@ -10,6 +10,7 @@ import numpy as np
 from testbed.report.plots import numeric_series, plot_curve, plot_heatmap
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection, image, register_section, table
+from testbed.workloads.oodrobust.report import OodAuditSection
 
 
 class ClientsSection(ReportSection):
@@ -59,5 +60,7 @@ class RobustnessSection(ReportSection):
         return table(rows, ("measure", "value")) + figures
 
 
+# Registered first: each after_summary section goes above the earlier ones, so this one ends up below the two.
+register_section("robustness", OodAuditSection(), after_summary=True)
 register_section("robustness", ClientsSection(), after_summary=True)
 register_section("robustness", RobustnessSection(), after_summary=True)

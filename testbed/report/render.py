@@ -80,4 +80,6 @@ def _workload_sections(config: dict[str, Any]) -> list[Any]:
 
 
 def _section(section: Any, data: RunData, out_dir: Path) -> str:
-    return f"<section><h2>{html.escape(section.title)}</h2>{section.render(data, out_dir)}</section>"
+    body = section.render(data, out_dir)
+    # A section with nothing to show for this run (an audit it did not ask for) is left out.
+    return f"<section><h2>{html.escape(section.title)}</h2>{body}</section>" if body else ""

@@ -30,7 +30,8 @@ class ReportSection(ABC):
 
     @abstractmethod
     def render(self, data: "RunData", out_dir: Path) -> str:
-        """Return the section's HTML body; write any images into ``out_dir``."""
+        """Return the section's HTML body (empty: the run has nothing for it, leave it out);
+        write any images into ``out_dir``."""
 
 
 def register_section(report_kind: str, section: ReportSection, after_summary: bool = False) -> None:

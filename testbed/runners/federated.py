@@ -36,6 +36,10 @@ class FederatedRunner(Runner):
         from testbed.federated.checks import check_federated
 
         check_federated(scenario.model_copy(update={"federated": federated_config(scenario)}), source)
+        if scenario.report.ood is not None:
+            from testbed.workloads.oodrobust.federated import check_ood_data
+
+            check_ood_data(scenario, source)
 
     def parallel_tasks(self, scenario: Scenario) -> int:
         return scenario.data.num_clients
@@ -65,7 +69,14 @@ class FederatedRunner(Runner):
             raise loop.error
         rounds = [r for r in ctx.run.read_metrics() if "round" in r]
         # Timings (``*_s``) vary from run to run; the summary's final metrics are the reproducible ones.
-        return {k: v for k, v in rounds[-1].items() if k != "round" and not k.endswith("_s")} if rounds else {}
+        final = {k: v for k, v in rounds[-1].items() if k != "round" and not k.endswith("_s")} if rounds else {}
+        if scenario.report.ood is not None:  # OODRobustBench on the final global model
+            from testbed.workloads.oodrobust.federated import audit_federated_run
+
+            ood_metrics, ood_arrays = audit_federated_run(scenario, setup, loop.state)
+            ctx.run.write_artifacts({**ctx.run.read_artifacts(), **ood_arrays})
+            final.update(ood_metrics)
+        return final
 
 
 @contextmanager
