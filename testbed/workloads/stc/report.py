@@ -1,0 +1,102 @@
+"""Report sections of the STC workload: predicted frames next to the truth, error by horizon,
+and the delayed-recall outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from testbed.report.render import RunData  # noqa: E402
+from testbed.report.sections import ReportSection, image, table  # noqa: E402
+
+MISSING = "<p>No frames were saved (the run has not finished, or it ran the other task).</p>"
+
+
+def _save(fig, path: Path, alt: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return image(path.name, alt)
+
+
+class FramesSection(ReportSection):
+    """Test sequences: the input frames, the true future and the network's closed-loop prediction."""
+
+    title = "Predicted frames (test sequences)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "predictions" not in arrays:
+            return MISSING
+        targets, predictions, frames_in = arrays["targets"], arrays["predictions"], int(arrays["frames_in"])
+        count, length = targets.shape[:2]
+        fig, axes = plt.subplots(2 * count, length, figsize=(length * 0.9, 2 * count * 0.95), dpi=100)
+        for row in range(count):
+            for t in range(length):
+                truth, guess = axes[2 * row, t], axes[2 * row + 1, t]
+                truth.imshow(targets[row, t], cmap="gray", vmin=0, vmax=1)
+                if t >= frames_in:
+                    guess.imshow(np.clip(predictions[row, t - frames_in], 0, 1), cmap="gray", vmin=0, vmax=1)
+                for ax in (truth, guess):
+                    ax.set(xticks=[], yticks=[])
+                    ax.axis("off") if (ax is guess and t < frames_in) else None
+            axes[2 * row, 0].set_ylabel("true", fontsize=7)
+            axes[2 * row + 1, frames_in].set_ylabel("predicted", fontsize=7)
+        for t in range(length):
+            axes[0, t].set_title(f"t={t}" + (" (in)" if t < frames_in else ""), fontsize=7)
+        variant = data.config.get("workload", {}).get("variant", "stc")
+        return f"<p>Neuron: {variant}. Rows alternate truth / prediction.</p>" + _save(
+            fig, out_dir / "stc-frames.png", "predicted frames")
+
+
+class HorizonSection(ReportSection):
+    """Per-pixel MSE of each future frame: how the closed-loop error grows with the horizon."""
+
+    title = "Prediction error by horizon"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "horizon_mse" not in arrays:
+            return MISSING
+        mse = arrays["horizon_mse"]
+        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
+        ax.plot(np.arange(1, len(mse) + 1), mse, marker="o")
+        ax.set_xticks(np.arange(1, len(mse) + 1))
+        ax.set(xlabel="frames ahead", ylabel="MSE per pixel", title="closed-loop error by horizon")
+        ax.grid(alpha=0.3)
+        last = [r for r in data.metrics if "test_mse" in r]
+        rows = [(k.removeprefix("test_"), last[-1][k]) for k in ("test_mse", "test_mae", "test_ssim", "test_psnr")
+                if last and k in last[-1]]
+        return _save(fig, out_dir / "stc-horizon.png", "error by horizon") + table(rows, ("metric", "final"))
+
+
+class RecallSection(ReportSection):
+    """Delayed recall: the first frame shown, and the network's output when the cue arrives."""
+
+    title = "Delayed recall"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "recall_outputs" not in arrays:
+            return "<p>This run trained the prediction task (task: predict).</p>"
+        targets, outputs = arrays["recall_targets"], arrays["recall_outputs"]
+        fig, axes = plt.subplots(2, len(targets), figsize=(1.4 * len(targets), 3), dpi=100)
+        for i in range(len(targets)):
+            axes[0, i].imshow(targets[i], cmap="gray", vmin=0, vmax=1)
+            axes[1, i].imshow(np.clip(outputs[i], 0, 1), cmap="gray", vmin=0, vmax=1)
+            axes[0, i].axis("off")
+            axes[1, i].axis("off")
+        axes[0, 0].set_title("shown at t=0", fontsize=8, loc="left")
+        axes[1, 0].set_title("output at the cue", fontsize=8, loc="left")
+        last = [r for r in data.metrics if "test_mse" in r]
+        rows = [(k.removeprefix("test_"), last[-1][k]) for k in ("test_mse", "test_mse_mean_frame", "test_ssim")
+                if last and k in last[-1]]
+        return _save(fig, out_dir / "stc-recall.png", "delayed recall") + table(rows, ("metric", "final"))
+
+
+SECTIONS: list[ReportSection] = [FramesSection(), HorizonSection(), RecallSection()]

@@ -1,0 +1,190 @@
+"""STC spiking neurons as a scenario workload (Wang & Yu, ICML 2024): ``variant: stc | lif | plif``.
+
+``task: predict`` trains the spiking network to predict moving digits (``data.dataset:
+moving_digits``, registered by `testbed.workloads.stc.data`): ``frames_in`` true frames, then the
+rest of the 10-frame sequence in closed loop, scored by MSE, MAE, SSIM and PSNR of the future
+frames. ``task: recall`` is the delayed-recall probe of the temporal pathway: reproduce the first
+frame when a cue arrives ``delay`` steps later. As a `FederatedWorkload` the same predictor trains
+on federated clients (FedAvg over clients that each hold different digits, ``task: predict``).
+
+Example: ``testbed run scenarios/workloads/stc.yaml --no-sweep --set workload.variant=lif``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from testbed.data import Dataset, load_selected, train_test_split
+from testbed.errors import ScenarioError
+from testbed.scenario import DataConfig, StrictModel
+from testbed.seeding import SeedTree
+from testbed.workloads.base import FederatedWorkload, register
+from testbed.workloads.classifier import BatchStream
+from testbed.workloads.stc import data as moving
+from testbed.workloads.stc.metrics import frame_metrics
+from testbed.workloads.stc.network import SpikingPredictor
+from testbed.workloads.stc.report import SECTIONS
+
+SHOWN = 4  # test sequences kept for the report
+
+
+class StcConfig(StrictModel):
+    """Neuron, task, network and optimiser of the STC workload."""
+
+    variant: Literal["stc", "lif", "plif"] = "stc"
+    task: Literal["predict", "recall"] = "predict"
+    frames_in: int = Field(5, gt=0, description="predict: true input frames before the closed-loop future")
+    delay: int = Field(8, gt=0, description="recall: steps between the frame and the cue")
+    channels: int = Field(16, gt=0)
+    layers: int = Field(2, gt=0)
+    groups: int = Field(4, gt=0, description="GroupNorm groups (must divide channels)")
+    lr: float = Field(3e-3, gt=0, description="Adam (the paper: 1e-3 over 500 epochs; faster at this scale)")
+    batch_size: int = Field(16, gt=0)
+    eval_size: int = Field(200, gt=0, description="test sequences scored at each evaluation")
+
+
+def build_predictor(config: StcConfig) -> SpikingPredictor:
+    """The network; parameters are drawn from torch's global RNG (seed it first)."""
+    return SpikingPredictor(config.variant, config.channels, config.layers, config.frames_in, config.groups)
+
+
+def prediction_loss(model: SpikingPredictor, frames: torch.Tensor) -> torch.Tensor:
+    """MSE of every next-frame prediction of a batch of sequences (the paper's training loss)."""
+    return torch.nn.functional.mse_loss(model.predict(frames, model.frames_in), frames[:, 1:])
+
+
+def future_metrics(model: SpikingPredictor, frames: torch.Tensor) -> dict[str, float]:
+    """MSE, MAE, SSIM, PSNR of the closed-loop future frames (after ``frames_in``)."""
+    model.eval()
+    with torch.no_grad():
+        predicted = model.predict(frames, model.frames_in)[:, model.frames_in - 1 :]
+    return frame_metrics(predicted, frames[:, model.frames_in :])
+
+
+@register
+class Stc(FederatedWorkload):
+    """Convolutional spiking predictor with STC-LIF, LIF or PLIF neurons."""
+
+    name = "stc"
+    Config = StcConfig
+    summary = "spiking next-frame prediction of moving digits: STC-LIF autaptic gates vs LIF / PLIF"
+    headline_metric = ("test_mse", "min")
+    report_sections = SECTIONS
+
+    @classmethod
+    def check(cls, config: StcConfig, data: DataConfig) -> None:
+        if data.dataset != "moving_digits":
+            raise ScenarioError(f"workload.name: stc predicts sequences; set data.dataset: moving_digits "
+                                f"(got '{data.dataset}')")
+        if config.frames_in >= moving.FRAMES:
+            raise ScenarioError(f"workload.frames_in: {config.frames_in} leaves no frame to predict in the "
+                                f"{moving.FRAMES}-frame sequences of moving_digits")
+        if config.channels % config.groups:
+            raise ScenarioError(f"workload.groups: {config.groups} does not divide channels {config.channels}")
+
+    def __init__(self, config: StcConfig, data: DataConfig, seeds: SeedTree):
+        super().__init__(config, data, seeds)
+        self.train_set, self.test_set = train_test_split(load_selected(data), data.test_fraction,
+                                                         seeds.integer("data.split"))
+        self.train_x = torch.from_numpy(self.train_set.x)
+        self.test_x = torch.from_numpy(self.test_set.x[: config.eval_size])
+        with torch.random.fork_rng():
+            torch.manual_seed(seeds.integer("model.init"))
+            self.model = self.build_model()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
+        self.stream = BatchStream(len(self.train_x), min(config.batch_size, len(self.train_x)),
+                                  seeds.torch("data.batches"))
+        self.steps_done = 0
+
+    def build_model(self) -> torch.nn.Module:
+        return build_predictor(self.config)
+
+    def _loss(self, frames: torch.Tensor) -> torch.Tensor:
+        if self.config.task == "recall":
+            inputs = moving.recall_batch(frames[:, 0], self.config.delay)
+            return torch.nn.functional.mse_loss(self.model.recall(inputs), frames[:, 0])
+        return prediction_loss(self.model, frames)
+
+    def train(self, steps: int) -> dict[str, float]:
+        self.model.train()
+        total = 0.0
+        for _ in range(steps):
+            loss = self._loss(self.train_x[self.stream.next()])
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            total += loss.item()
+            self.steps_done += 1
+        return {"train_loss": total / steps}
+
+    def recalled(self) -> torch.Tensor:
+        """The network's outputs at the cue for the test sequences' first frames."""
+        self.model.eval()
+        with torch.no_grad():
+            return self.model.recall(moving.recall_batch(self.test_x[:, 0], self.config.delay))
+
+    def evaluate(self) -> dict[str, float]:
+        if self.config.task == "recall":
+            metrics = frame_metrics(self.recalled(), self.test_x[:, 0])
+            # Chance level: the mean first frame of the training set, whatever the input.
+            mean_frame = self.train_x[:, 0].mean(0).expand_as(self.test_x[:, 0])
+            metrics["mse_mean_frame"] = frame_metrics(mean_frame, self.test_x[:, 0])["mse"]
+        else:
+            metrics = future_metrics(self.model, self.test_x)
+        return {f"test_{key}": value for key, value in metrics.items()}
+
+    @classmethod
+    def model_for(cls, config: StcConfig, data: Dataset) -> torch.nn.Module:
+        return build_predictor(config)
+
+    @classmethod
+    def fit_client(cls, model: torch.nn.Module, data: Dataset, config: StcConfig, epochs: int,
+                   generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        """Local epochs of Adam on next-frame prediction over the client's sequences."""
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        frames = torch.from_numpy(data.x)
+        anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
+        model.train()
+        total, batches = 0.0, 0
+        for _ in range(epochs):
+            order = torch.randperm(len(frames), generator=generator)
+            for start in range(0, len(frames), config.batch_size):
+                loss = prediction_loss(model, frames[order[start : start + config.batch_size]])
+                if anchor is not None:  # FedProx's proximal term
+                    drift = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+                    loss = loss + proximal_mu / 2 * drift
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total, batches = total + loss.item(), batches + 1
+        return total / max(batches, 1)
+
+    @classmethod
+    def evaluate_model(cls, model: torch.nn.Module, data: Dataset) -> dict[str, float]:
+        metrics = future_metrics(model, torch.from_numpy(data.x))
+        return {f"test_{key}": value for key, value in metrics.items()}
+
+    def artifacts(self) -> dict[str, np.ndarray]:
+        frames = self.test_x[:SHOWN]
+        if self.config.task == "recall":
+            return {"recall_targets": frames[:, 0].numpy(), "recall_outputs": self.recalled()[:SHOWN].numpy()}
+        self.model.eval()
+        with torch.no_grad():
+            predicted = self.model.predict(self.test_x, self.config.frames_in)[:, self.config.frames_in - 1 :]
+        horizon_mse = ((predicted.clamp(0, 1) - self.test_x[:, self.config.frames_in :]) ** 2).mean((0, 2, 3))
+        return {"targets": frames.numpy(), "predictions": predicted[:SHOWN].numpy(),
+                "frames_in": np.array(self.config.frames_in), "horizon_mse": horizon_mse.numpy()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "stream": self.stream.state_dict(), "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.stream.load_state_dict(state["stream"])
+        self.steps_done = state["steps_done"]
