@@ -1,0 +1,58 @@
+"""Report sections of ``floodgnn``: error growth over the rollout, and depth maps of a held-out region and storm."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from testbed.report.plots import plot_curve, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ReportSection, image
+
+_MISSING = "<p>No rollouts were saved (the run has not finished).</p>"
+
+
+class ErrorGrowthSection(ReportSection):
+    """RMSE (transformed depth) at every rollout step on held-out regions x storms, against Rain-Incr."""
+
+    title = "Rollout error on held-out regions and storms"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "rmse_curve" not in arrays:
+            return _MISSING
+        steps = arrays["steps"].tolist()
+        lines = {str(arrays["variant"]): (steps, arrays["rmse_curve"].tolist()),
+                 "rainincr (in-run reference)": (steps, arrays["rainincr_rmse_curve"].tolist())}
+        path = plot_curve(out_dir / "floodgnn-rmse-steps.png", "RMSE of log depth per step", "rollout step", lines)
+        return image(path.name, "RMSE over the rollout")
+
+
+class DepthMapSection(ReportSection):
+    """Terrain with its D8 graph, and the final depth: simulated, predicted, Rain-Incr."""
+
+    title = "Depth at the end of the rollout (first held-out region x storm)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "truth_map" not in arrays:
+            return _MISSING
+        fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), dpi=90)
+        elevation, side = arrays["elevation"], arrays["elevation"].shape[0]
+        axes[0].imshow(elevation, cmap="terrain")
+        sources, targets = arrays["edges"][:, 0], arrays["edges"][:, 1]
+        axes[0].quiver(sources % side, sources // side, targets % side - sources % side,
+                       -(targets // side - sources // side), angles="xy", scale_units="xy", scale=1.4, width=0.003)
+        axes[0].set_title(f"region {int(arrays['combo'][0])}: elevation and D8 edges")
+        maps = [("simulated", arrays["truth_map"]), (str(arrays["variant"]), arrays["predicted_map"]),
+                ("rainincr", arrays["rainincr_map"])]
+        top = max(float(np.max(m)) for _, m in maps)
+        for ax, (name, depth) in zip(axes[1:], maps):
+            shown = ax.imshow(depth, cmap="Blues", vmin=0, vmax=top)
+            ax.set_title(f"{name} (storm {int(arrays['combo'][1])})")
+        fig.colorbar(shown, ax=axes.tolist(), label="log(1 + h / 1 cm) / 10", shrink=0.8)
+        path = out_dir / "floodgnn-depth-maps.png"
+        fig.savefig(path)
+        plt.close(fig)
+        return image(path.name, "depth maps")
