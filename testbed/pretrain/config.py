@@ -8,7 +8,8 @@ Example (every key optional; the values shown are the defaults)::
       context_length: 256
       packing: {method: best_fit, buffer_size: null}   # best_fit | first_fit | concat | pad
       attention_mask: document                          # document (block-diagonal) | causal
-      model: {layers: 2, d_model: 128, heads: 4, mlp_ratio: 4}
+      model: {layers: 2, d_model: 128, heads: 4, mlp_ratio: 4,
+              family: causal_lm, attention: softmax}   # causal_lm | masked_lm | vit; see ModelConfig
       steps: 100
       batch_size: 16          # sequences per optimizer step, summed over all processes
       lr: 0.003
@@ -22,6 +23,7 @@ Example (every key optional; the values shown are the defaults)::
       checkpoint_every: 50
       threads_per_process: 1
       ray_workers: 2          # training processes under engine `ray`
+      outliers: null          # {quantize: true, ...}: kurtosis / max-norm tracking and W8A8 (OutlierConfig)
 
 This module may import only `testbed.config`, `testbed.errors` and pydantic (it is imported by the
 scenario schema).
@@ -80,19 +82,50 @@ class PackingConfig(StrictModel):
     buffer_size: int | None = Field(None, gt=0, description="pack each run of this many documents on its own")
 
 
+ATTENTION_VARIANTS = ("softmax", "softmax_1", "clipped_softmax", "gated", "clipped_softmax_1", "gated_softmax_1")
+
+
 class ModelConfig(StrictModel):
-    """A GPT-style decoder: pre-norm blocks, rotary positions, tied embeddings."""
+    """The transformer: pre-norm blocks, rotary positions; its family and attention variant.
+
+    family: causal_lm (GPT/OPT-style decoder, tied embeddings), masked_lm (BERT-style encoder,
+    bidirectional attention, masked-token objective) or vit (ViT-style classifier of the
+    ``data.dataset: digits`` images, patches as tokens). attention: vanilla softmax, Softmax_1
+    (OutEffHop), clipped softmax or gated attention (Bondarenko et al. 2023), or OutEffHop's
+    clipped/gated combinations with Softmax_1 (`testbed.pretrain.attention`).
+    """
 
     layers: int = Field(2, gt=0)
     d_model: int = Field(128, gt=0)
     heads: int = Field(4, gt=0)
     mlp_ratio: int = Field(4, gt=0)
+    family: Literal["causal_lm", "masked_lm", "vit"] = "causal_lm"
+    attention: Literal[ATTENTION_VARIANTS] = "softmax"  # type: ignore[valid-type]
+    clip_gamma: float = Field(-0.025, le=0, description="clipped softmax: lower stretch gamma <= 0")
+    clip_zeta: float = Field(1.0, ge=1, description="clipped softmax: upper stretch zeta >= 1")
+    gate_init: float = Field(0.25, gt=0, lt=1, description="gated attention: initial gate opening pi_init")
+    patch_size: int = Field(2, gt=0, description="vit: side of the square image patches")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             raise ValueError("d_model must be a multiple of heads, with an even head width (rotary embeddings)")
         return self
+
+
+class OutlierConfig(StrictModel):
+    """Outlier metrics during training and post-training W8A8 quantization (OutEffHop, section 5).
+
+    At every evaluation the held-out batches are measured (average kurtosis and maximum
+    infinity norm of the hooked layer outputs, `testbed.pretrain.outliers`); after the last step
+    the model is fake-quantized to ``weight_bits``/``activation_bits`` (per-tensor; activation
+    ranges from ``calibration_batches`` training batches) and evaluated again.
+    """
+
+    quantize: bool = Field(True, description="evaluate the W8A8-quantized model after the last step")
+    weight_bits: int = Field(8, ge=2, le=16)
+    activation_bits: int = Field(8, ge=2, le=16)
+    calibration_batches: int = Field(4, gt=0, description="training batches that set the activation ranges")
 
 
 class PretrainConfig(StrictModel):
@@ -118,3 +151,4 @@ class PretrainConfig(StrictModel):
     checkpoint_every: int = Field(50, gt=0)
     threads_per_process: int = Field(1, gt=0, description="torch threads in each training process")
     ray_workers: int = Field(2, gt=0, description="training processes under engine `ray` (Ray Train workers)")
+    outliers: OutlierConfig | None = Field(None, description="outlier metrics and W8A8 quantization (null: off)")

@@ -36,8 +36,10 @@ import torch.distributed as dist
 from testbed.loading import validate_raw
 from testbed.pretrain.batches import TrainingData
 from testbed.pretrain.config import PretrainConfig
-from testbed.pretrain.evaluation import all_reduce_sum, fact_recall, heldout_perplexity
-from testbed.pretrain.model import GPT, IGNORE_INDEX, parameter_groups, summed_loss
+from testbed.pretrain.evaluation import all_reduce_sum, fact_recall
+from testbed.pretrain.families import build_model, open_training_data, quality_metrics
+from testbed.pretrain.model import IGNORE_INDEX, parameter_groups, summed_loss
+from testbed.pretrain.outlier_eval import histogram_arrays, outlier_metrics, quantized_metrics
 from testbed.pretrain.tokenizer import load_tokenizer
 from testbed.run import RunFolder
 from testbed.seeding import SeedTree
@@ -153,12 +155,12 @@ def init_process(threads: int) -> Process:
     return Process(dist.get_rank(), dist.get_world_size(), device)
 
 
-def build_engine(config: PretrainConfig, vocab_size: int, seed: int, process: Process):
+def build_engine(config: PretrainConfig, data, seed: int, process: Process):
     """The model, AdamW with its warm-up/cosine schedule, wrapped by ``deepspeed.initialize``."""
     import deepspeed
 
     torch.manual_seed(SeedTree(seed).integer("pretrain.model"))
-    model = GPT(config.model, vocab_size, config.context_length)
+    model = build_model(config, data)
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(config.warmup_steps, config.steps))
     bf16 = config.precision == "bf16" or (config.precision == "auto" and process.device.type == "cuda")
@@ -188,8 +190,8 @@ def train(run_dir: Path, resume_tag: str | None = None) -> None:
     scenario = validate_raw(RunFolder.open(run_dir).read_config(), source=str(run_dir / "config.yaml"))
     config = scenario.pretrain or PretrainConfig()
     process = init_process(config.threads_per_process)
-    data = TrainingData(run_dir / "corpus", scenario.seed)
-    engine = build_engine(config, data.manifest.vocab_size, scenario.seed, process)
+    data = open_training_data(run_dir, scenario)
+    engine = build_engine(config, data, scenario.seed, process)
     checkpoints = run_dir / "deepspeed"
     step, window = 0, MetricWindow()
     if resume_tag is not None:
@@ -203,7 +205,7 @@ def train(run_dir: Path, resume_tag: str | None = None) -> None:
         window.add(*train_step(engine, data, config, step, process), time.perf_counter() - started)
         step += 1
         if step % config.eval_every == 0 or step == config.steps:
-            events.emit({"event": "metrics", "record": evaluate(engine, data, window, step, config, process)})
+            events.emit({"event": "metrics", "record": evaluate(engine, data, window, step, config, process, events)})
         if step % config.checkpoint_every == 0 or step == config.steps:
             tag = f"step{step:09d}"
             window.consolidate(process.device)
@@ -215,15 +217,24 @@ def train(run_dir: Path, resume_tag: str | None = None) -> None:
 
 
 def evaluate(engine, data: TrainingData, window: MetricWindow, step: int, config: PretrainConfig,
-             process: Process) -> dict[str, float]:
-    """The metrics record of ``step``: training window, held-out perplexity, fact recall at the end."""
+             process: Process, events: EventWriter) -> dict[str, float]:
+    """The metrics record of ``step``: training window, held-out quality, fact recall at the end,
+    and with ``pretrain.outliers`` the outlier metrics (W8A8 quality and histograms at the end)."""
     record = {"step": step, **window.record(process.device), "lr": engine.get_lr()[0]}
     engine.eval()
     forward = lambda tokens, doc_ids: engine(tokens, doc_ids)  # noqa: E731
-    record.update(heldout_perplexity(forward, data, process.rank, process.world, process.device))
+    where = (process.rank, process.world, process.device)
+    record.update(quality_metrics(forward, data, *where))
     if step == config.steps and data.factrecall_questions() is not None:
         tokenizer = load_tokenizer(data.folder / "tokenizer.json")
-        record.update(fact_recall(forward, data, tokenizer, process.rank, process.world, process.device))
+        record.update(fact_recall(forward, data, tokenizer, *where))
+    if config.outliers is not None:
+        metrics, meter = outlier_metrics(engine.module, data, *where)
+        record.update(metrics)
+        if step == config.steps:
+            events.emit({"event": "artifacts", "arrays": histogram_arrays(meter)})
+            if config.outliers.quantize:
+                record.update(quantized_metrics(engine.module, config, data, record, *where))
     return record
 
 

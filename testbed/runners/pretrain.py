@@ -1,5 +1,10 @@
 """``kind: pretrain``: pretrain a small GPT on packed documents through DeepSpeed.
 
+(Or, by ``pretrain.model.family``, a BERT-style masked LM on the same corpus or a ViT-style
+classifier of the bundled digits, which needs no corpus folder; with ``pretrain.outliers`` the
+workers also measure outliers and the W8A8 quality, and send the final activation histograms
+as an ``artifacts`` event, merged into the run's report arrays.)
+
 The driver (this process) prepares the corpus folder in the run folder (tokenizer, memory-mapped
 token stores, the packing), starts the training processes on the scenario's engine
 (`testbed.pretrain.launch`: the deepspeed launcher, one local process, or Ray Train), and streams
@@ -19,6 +24,7 @@ from testbed.pretrain import report  # noqa: F401  (registers the pretraining re
 from testbed.pretrain.config import PretrainConfig
 from testbed.pretrain.corpus import check_corpus
 from testbed.pretrain.launch import run_training
+from testbed.pretrain.outlier_eval import as_report_arrays
 from testbed.pretrain.prepare import prepare_corpus
 from testbed.runners.base import Runner, RunContext, register
 from testbed.scenario import Scenario
@@ -56,13 +62,15 @@ class PretrainRunner(Runner):
         if config.batch_size % world:
             raise ScenarioError(f"{source}: pretrain.batch_size: {config.batch_size} sequences do not split "
                                 f"evenly over {world} training processes")
+        _check_family_options(scenario, config, source)
         hostfile = getattr(scenario.engine, "hostfile", None)
         if hostfile and not Path(hostfile).is_file():
             raise ScenarioError(f"{source}: engine.hostfile: '{hostfile}' does not exist")
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         config = pretrain_config(ctx.scenario)
-        artifacts = prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
+        artifacts = None if config.model.family == "vit" else \
+            prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
         if artifacts is not None:
             ctx.run.write_artifacts(artifacts)
         checkpoint = ctx.run.latest_checkpoint()
@@ -78,12 +86,27 @@ class PretrainRunner(Runner):
                     elif event["event"] == "checkpoint":
                         ctx.run.save_checkpoint(event["step"], {"deepspeed_tag": event["tag"]})
                         _prune_deepspeed_tags(ctx.run.path, event["step"])
+                    elif event["event"] == "artifacts":
+                        ctx.run.write_artifacts({**ctx.run.read_artifacts(), **as_report_arrays(event["arrays"])})
 
                 run_training(ctx.scenario, ctx.run.path, checkpoint["deepspeed_tag"] if checkpoint else None, on_event)
         records = ctx.run.read_metrics()
         if not records or records[-1]["step"] != config.steps:
             raise RuntimeError("training processes ended without their final metrics record")
-        return {key: value for key, value in records[-1].items() if key != "step"}
+        # Per-module outlier statistics stay in metrics.jsonl; the summary keeps the scalars.
+        return {key: value for key, value in records[-1].items() if key != "step" and not isinstance(value, dict)}
+
+
+def _check_family_options(scenario: Scenario, config: PretrainConfig, source: str) -> None:
+    if config.model.family == "vit" and scenario.data.dataset != "digits":
+        raise ScenarioError(f"{source}: data.dataset: model.family 'vit' trains on the bundled 'digits' images, "
+                            f"not '{scenario.data.dataset}'")
+    if config.model.family == "masked_lm" and config.attention_mask == "causal":
+        raise ScenarioError(f"{source}: pretrain.attention_mask: 'causal' does not fit model.family 'masked_lm' "
+                            "(a bidirectional encoder); use 'document'")
+    if config.outliers is not None and config.outliers.quantize and config.zero_stage == 3:
+        raise ScenarioError(f"{source}: pretrain.outliers.quantize: W8A8 evaluation needs the whole model in "
+                            "every process; use zero_stage 0-2")
 
 
 def _prune_deepspeed_tags(run_dir: Path, up_to_step: int) -> None:

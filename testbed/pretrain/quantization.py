@@ -1,0 +1,108 @@
+"""Post-training W8A8 quantization, simulated with fake quantization in torch (CPU or GPU).
+
+The scheme of OutEffHop's evaluation (inherited from Bondarenko et al. 2023, "Quantizable
+Transformers"), per tensor:
+
+  weights      symmetric uniform, range from the tensor's current min-max:
+               w_q = clamp(round(w / s), -2^(b-1), 2^(b-1) - 1) * s,   s = max|w| / (2^(b-1) - 1);
+  activations  asymmetric uniform over [lo, hi], a running min-max (momentum 0.9) estimated on
+               calibration batches, always containing 0: s = (hi - lo) / (2^b - 1), z = round(-lo / s).
+
+Every ``nn.Linear`` weight is quantized. Activations are quantized at the outputs of the
+embedding, every linear layer, LayerNorm and GELU, the attention weights (the softmax output,
+through ``SelfAttention.weights`` / ``HopfieldLayer.weights``) and both residual sums of each
+block. The token embedding table stays in full precision: it is also the tied output layer,
+which the paper keeps in FP32 (``fp32_head``); its lookups are quantized as activations.
+Quantize/dequantize is ``torch.fake_quantize_per_tensor_affine``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from testbed.pretrain.hopfield import HopfieldLayer
+from testbed.pretrain.model import Block, SelfAttention
+
+MOMENTUM = 0.9
+ACTIVATION_TYPES = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GELU, Block)
+
+
+def quantize_weight(weight: torch.Tensor, bits: int) -> torch.Tensor:
+    """Symmetric per-tensor fake quantization with the current min-max range."""
+    levels = 2 ** (bits - 1) - 1
+    scale = float(weight.abs().max()) / levels or 1.0
+    return torch.fake_quantize_per_tensor_affine(weight, scale, 0, -levels - 1, levels)
+
+
+class ActivationQuantizer:
+    """Running min-max range of one activation tensor, then asymmetric fake quantization to it."""
+
+    def __init__(self, bits: int):
+        self.bits = bits
+        self.low: float | None = None
+        self.high: float | None = None
+        self.calibrating = True
+
+    def observe(self, x: torch.Tensor) -> None:
+        low, high = float(x.min()), float(x.max())
+        if self.low is None:
+            self.low, self.high = low, high
+        else:
+            self.low = MOMENTUM * self.low + (1 - MOMENTUM) * low
+            self.high = MOMENTUM * self.high + (1 - MOMENTUM) * high
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.calibrating:
+            self.observe(x)
+            return x
+        low, high = min(self.low, 0.0), max(self.high, 0.0)
+        levels = 2**self.bits - 1
+        scale = (high - low) / levels or 1.0
+        zero_point = int(min(max(round(-low / scale), 0), levels))
+        return torch.fake_quantize_per_tensor_affine(x, scale, zero_point, 0, levels)
+
+
+def activation_points(model: nn.Module) -> dict[str, nn.Module]:
+    """The modules whose outputs are quantized, by name."""
+    points = {name: module for name, module in model.named_modules() if isinstance(module, ACTIVATION_TYPES)}
+    for name, module in model.named_modules():
+        if isinstance(module, SelfAttention | HopfieldLayer):
+            points[f"{name}.weights"] = module.weights
+        if isinstance(module, Block):
+            points[f"{name}.attention_residual"] = module.attention_residual
+    return points
+
+
+class QuantizedModel:
+    """A W8A8 copy of a trained model: call it like the model; `calibrate` must run first."""
+
+    def __init__(self, model: nn.Module, weight_bits: int = 8, activation_bits: int = 8):
+        self.model = copy.deepcopy(model).eval()
+        with torch.no_grad():
+            for module in self.model.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.copy_(quantize_weight(module.weight, weight_bits))
+                if isinstance(module, SelfAttention):
+                    module.fused = False  # the explicit path exposes the attention weights to quantize
+        self.quantizers = {name: ActivationQuantizer(activation_bits) for name in activation_points(self.model)}
+        for name, module in activation_points(self.model).items():
+            module.register_forward_hook(lambda _m, _i, out, q=self.quantizers[name]: q(out))
+
+    @torch.no_grad()
+    def calibrate(self, inputs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> "QuantizedModel":
+        """Estimate every activation range on these (tokens, document_ids) batches, then freeze them."""
+        for tokens, document_ids in inputs:
+            self.model(tokens, document_ids)
+        for quantizer in self.quantizers.values():
+            if quantizer.low is None:
+                raise RuntimeError("an activation was never seen during calibration")
+            quantizer.calibrating = False
+        return self
+
+    def __call__(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(tokens, document_ids)
+
