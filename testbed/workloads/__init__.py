@@ -13,6 +13,8 @@ from testbed.workloads import gpgvae  # noqa: F401
 from testbed.workloads import stc  # noqa: F401
 from testbed.workloads import gridcoarsen  # noqa: F401
 from testbed.workloads import floodgnn  # noqa: F401
+from testbed.workloads import musicflow  # noqa: F401
+from testbed.workloads import ppae  # noqa: F401
 from testbed.plugins import load_entry_points
 
 # Installed packages add workloads through the `testbed.workloads` entry-point group.

@@ -1,0 +1,205 @@
+"""MusicFlow as a scenario workload (Prajwal et al., ICML 2024): cascaded, masked flow matching.
+
+``variant: musicflow`` trains stage 1 (text -> semantic features) and stage 2 (semantic + text ->
+acoustic features) with the masked-prediction objective; ``nomask`` is the same cascade trained
+on full masks only (it infills by context replacement); ``single`` is one masked flow from text
+straight to acoustic features, with as many layers as both stages together. The clips are the
+workload's own synthetic melodies (`musicflow.data`), so ``data.dataset`` is ignored.
+
+Example: ``testbed run scenarios/workloads/musicflow.yaml --set workload.variant=nomask``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from testbed.errors import ScenarioError
+from testbed.scenario import DataConfig, StrictModel
+from testbed.seeding import SeedTree
+from testbed.workloads.base import Workload, register
+from testbed.workloads.musicflow import data, flow, metrics
+from testbed.workloads.musicflow.report import SECTIONS
+
+_CACHE: dict[tuple, tuple] = {}  # data, normaliser and evaluation classifier per (seed, sizes), built once a process
+
+
+class MusicflowConfig(StrictModel):
+    """Data sizes, the two flow networks, the masked objective and the samplers."""
+
+    variant: Literal["musicflow", "nomask", "single"] = "musicflow"
+    train_clips: int = Field(1200, ge=64, description="synthetic training clips (1.024 s, 32 frames)")
+    test_clips: int = Field(256, ge=16, description="held-out clips for every metric")
+    hidden: int = Field(64, gt=0)
+    layers: int = Field(2, gt=0, description="transformer layers per stage (single: twice as many)")
+    heads: int = Field(4, gt=0)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(64, gt=0)
+    sigma_min: float = Field(1e-4, ge=0, lt=1)
+    full_mask_prob: float = Field(0.3, ge=0, le=1, description="share of training masks covering every frame")
+    span_min: float = Field(0.7, gt=0, le=1, description="shortest random span, as a share of the frames")
+    text_dropout: float = Field(0.1, ge=0, lt=1, description="share of training texts dropped (for guidance)")
+    guidance: float = Field(1.0, ge=0, description="classifier-free guidance scale on the text")
+    sample_steps: int = Field(16, gt=0, description="Euler steps per stage for generation and infilling")
+    fd_steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], description="steps for the FD-vs-steps curve")
+    infill_fraction: float = Field(0.3, gt=0, lt=1, description="middle share of the frames to infill")
+
+
+@register
+class MusicFlow(Workload):
+    """Cascaded text -> semantic -> acoustic flow matching with masked prediction, and its baselines."""
+
+    name = "musicflow"
+    Config = MusicflowConfig
+    summary = "cascaded masked flow matching for text-to-music (vs no masking, vs a single stage)"
+    headline_metric = ("test_infill_mse", "min")
+    report_sections = SECTIONS
+
+    @classmethod
+    def check(cls, config: MusicflowConfig, data_config: DataConfig) -> None:
+        if config.batch_size > config.train_clips:
+            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_clips {config.train_clips}")
+        if config.hidden % config.heads:
+            raise ScenarioError(f"workload.heads: {config.heads} does not divide hidden {config.hidden}")
+        if not 1 <= round(config.infill_fraction * data.FRAMES) <= data.FRAMES - 2:
+            raise ScenarioError(f"workload.infill_fraction: {config.infill_fraction} leaves no frame to infill "
+                                f"or no context on both sides of the {data.FRAMES} frames")
+        if not config.fd_steps or min(config.fd_steps) < 1:
+            raise ScenarioError(f"workload.fd_steps: {config.fd_steps} must be a non-empty list of positive steps")
+
+    def __init__(self, config: MusicflowConfig, data_config: DataConfig, seeds: SeedTree):
+        super().__init__(config, data_config, seeds)
+        self.train_set, self.test_set, self.norm, self.classifier = self._shared_parts()
+        with torch.random.fork_rng():
+            torch.manual_seed(seeds.integer("model.init"))
+            self.stages = self.build_model()
+        self.optimizer = torch.optim.Adam(self.stages.parameters(), lr=config.lr)
+        self.train_rng = seeds.torch("train")
+        self.steps_done = 0
+
+    def _shared_parts(self) -> tuple:
+        """The clips, their normaliser and the evaluation classifier: identical for every variant of a seed."""
+        key = (self.seeds.integer("data"), self.config.train_clips, self.config.test_clips)
+        if key not in _CACHE:
+            rng = self.seeds.numpy("data")
+            train_labels, train_power = data.make_clips(self.config.train_clips, rng)
+            test_labels, test_power = data.make_clips(self.config.test_clips, rng)
+            norm = data.fit_normaliser(train_power)
+            train_set = data.to_set(train_labels, train_power, norm)
+            test_set = data.to_set(test_labels, test_power, norm)
+            _CACHE[key] = (train_set, test_set, norm, metrics.train_classifier(train_set, key[0]))
+        return _CACHE[key]
+
+    def build_model(self) -> torch.nn.ModuleDict:
+        cfg = self.config
+
+        def net(dim: int, cond_dim: int, layers: int) -> flow.FlowNet:
+            return flow.FlowNet(dim, cond_dim, data.NUM_CLASSES, data.FRAMES, cfg.hidden, layers, cfg.heads)
+
+        if cfg.variant == "single":
+            return torch.nn.ModuleDict({"acoustic": net(data.BANDS, 0, 2 * cfg.layers)})
+        return torch.nn.ModuleDict({"semantic": net(12, 0, cfg.layers), "acoustic": net(data.BANDS, 12, cfg.layers)})
+
+    @property
+    def cascade(self) -> bool:
+        return "semantic" in self.stages
+
+    def _stage_loss(self, name: str, index: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        cfg, clips = self.config, self.train_set
+        target = clips.semantic[index] if name == "semantic" else clips.acoustic[index]
+        cond = clips.semantic[index] if name == "acoustic" and self.cascade else None
+        full_prob = 1.0 if cfg.variant == "nomask" else cfg.full_mask_prob
+        mask = flow.training_mask(len(index), data.FRAMES, full_prob, cfg.span_min, self.train_rng)
+        return flow.masked_fm_loss(self.stages[name], target, text, mask, cond, cfg.sigma_min, self.train_rng)
+
+    def train(self, steps: int) -> dict[str, float]:
+        self.stages.train()
+        totals: dict[str, float] = {}
+        for _ in range(steps):
+            index = torch.randint(0, len(self.train_set.labels), (self.config.batch_size,), generator=self.train_rng)
+            dropped = torch.rand(len(index), generator=self.train_rng) < self.config.text_dropout
+            text = torch.where(dropped, flow.NULL_TEXT, self.train_set.labels[index])
+            losses = {name: self._stage_loss(name, index, text) for name in self.stages}
+            self.optimizer.zero_grad(set_to_none=True)
+            sum(losses.values()).backward()
+            self.optimizer.step()
+            for name, loss in losses.items():
+                totals[f"train_loss_{name}"] = totals.get(f"train_loss_{name}", 0.0) + loss.item()
+            self.steps_done += 1
+        return {key: value / steps for key, value in totals.items()}
+
+    def _sample(self, name: str, text: torch.Tensor, steps: int, generator: torch.Generator, **kwargs) -> torch.Tensor:
+        return flow.euler_sample(self.stages[name], text, steps, generator, guidance=self.config.guidance,
+                                 sigma_min=self.config.sigma_min, **kwargs)
+
+    def generate(self, labels: torch.Tensor, steps: int, generator: torch.Generator) -> torch.Tensor:
+        """Text-to-music: acoustic features for attribute classes ``labels`` (cascade: through stage 1)."""
+        self.stages.eval()
+        cond = self._sample("semantic", labels, steps, generator) if self.cascade else None
+        return self._sample("acoustic", labels, steps, generator, cond=cond)
+
+    def infill(self, clips: data.MusicSet, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero-shot infilling of the middle frames of ``clips``: (acoustic features, mask)."""
+        self.stages.eval()
+        mask = metrics.infill_mask(len(clips.labels), data.FRAMES, self.config.infill_fraction)
+        steps, replace = self.config.sample_steps, self.config.variant == "nomask"
+        cond = None
+        if self.cascade:
+            cond = self._sample("semantic", clips.labels, steps, generator, mask=mask, known=clips.semantic,
+                                replace=replace)
+        acoustic = self._sample("acoustic", clips.labels, steps, generator, mask=mask, known=clips.acoustic,
+                                cond=cond, replace=replace)
+        return acoustic, mask
+
+    def follow(self, clips: data.MusicSet, generator: torch.Generator) -> dict[str, float]:
+        """Stage 2 conditioned on held-out semantic features: chroma agreement with them, and with another clip's."""
+        self.stages.eval()
+        acoustic = self._sample("acoustic", clips.labels, self.config.sample_steps, generator, cond=clips.semantic)
+        return {"follow_acc": metrics.chroma_agreement(acoustic, clips.semantic, self.norm),
+                "follow_chance": metrics.chroma_agreement(acoustic, clips.semantic.roll(1, 0), self.norm)}
+
+    def evaluate(self) -> dict[str, float]:
+        test, result = self.test_set, {}
+        for steps in sorted(set(self.config.fd_steps) | {self.config.sample_steps}):
+            generated = self.generate(test.labels, steps, self.seeds.torch(f"eval.generate.{steps}"))
+            scores = metrics.quality(self.classifier, generated, test.labels, test.acoustic)
+            result[f"test_fd_{steps}"] = scores["fd"]
+            if steps == self.config.sample_steps:
+                result.update(test_fd=scores["fd"], test_text_adherence=scores["text_adherence"])
+        infilled, mask = self.infill(test, self.seeds.torch("eval.infill"))
+        result["test_infill_mse"] = metrics.masked_mse(infilled, test.acoustic, mask)
+        result["test_infill_pitch_acc"] = metrics.chroma_agreement(infilled, test.semantic, self.norm, mask)
+        if self.cascade:
+            result.update({f"test_{k}": v for k, v in self.follow(test, self.seeds.torch("eval.follow")).items()})
+        return result
+
+    def artifacts(self) -> dict[str, np.ndarray]:
+        test, shown = self.test_set, 4
+        steps = sorted(self.config.fd_steps)
+        fds = [metrics.quality(self.classifier, self.generate(test.labels, n, self.seeds.torch(f"eval.generate.{n}")),
+                               test.labels, test.acoustic)["fd"] for n in steps]
+        subset = data.MusicSet(test.labels[:shown], test.acoustic[:shown], test.semantic[:shown])
+        infilled, mask = self.infill(subset, self.seeds.torch("eval.infill"))
+        arrays = {"fd_steps": np.array(steps), "fd": np.array(fds), "labels": test.labels[:shown].numpy(),
+                  "real": test.acoustic[:shown].numpy(), "infilled": infilled.numpy(), "infill_mask": mask[0].numpy(),
+                  "generated": self.generate(test.labels[:shown], self.config.sample_steps,
+                                             self.seeds.torch("eval.artifacts")).numpy()}
+        if self.cascade:
+            followed = self._sample("acoustic", subset.labels, self.config.sample_steps,
+                                    self.seeds.torch("eval.follow"), cond=subset.semantic)
+            arrays["follow_target"] = subset.semantic.argmax(-1).numpy()
+            arrays["follow_generated"] = data.chroma_of(followed, self.norm).argmax(-1).numpy()
+        return arrays
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.stages.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "train_rng": self.train_rng.get_state(), "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stages.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.train_rng.set_state(state["train_rng"])
+        self.steps_done = state["steps_done"]

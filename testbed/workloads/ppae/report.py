@@ -1,0 +1,84 @@
+"""Report sections of the PPAE workload: source and edited spectrograms, and the attention localisation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from testbed.report.render import RunData  # noqa: E402
+from testbed.report.sections import ReportSection, image  # noqa: E402
+from testbed.workloads.ppae.data import EVENTS  # noqa: E402
+
+MISSING = "<p>No edits were saved (the run has not finished).</p>"
+WORDS = ("background", *EVENTS, "-")
+
+
+def _caption(tokens: np.ndarray) -> str:
+    return " + ".join(WORDS[int(t)] for t in tokens[1:] if WORDS[int(t)] != "-")
+
+
+def _save(fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return image(path.name, path.stem)
+
+
+def _span(ax, frames: np.ndarray, colour: str, label: str, y: float) -> None:
+    """Mark the frames where ``frames`` is 1 with a bar at height ``y``."""
+    idx = np.flatnonzero(frames)
+    ax.plot(idx, np.full(len(idx), y), "s", color=colour, markersize=3, label=label)
+
+
+class EditSection(ReportSection):
+    """Source and edited spectrograms with the true event (green) and the attention mask (cyan)."""
+
+    title = "Edits: source and result, true event and attention mask"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "edited" not in arrays:
+            return MISSING
+        variant = data.config.get("workload", {}).get("variant", "ppae")
+        count = len(arrays["source"])
+        fig, axes = plt.subplots(2, count, figsize=(2.8 * count, 5.4), dpi=100, squeeze=False)
+        for j in range(count):
+            for row, (key, title) in enumerate((("source", _caption(arrays["source_caption"][j])),
+                                                ("edited", f"{variant}: {_caption(arrays['target_caption'][j])}"))):
+                ax = axes[row, j]
+                ax.imshow(arrays[key][j].T, origin="lower", aspect="auto", cmap="magma", vmin=-1, vmax=4)
+                _span(ax, arrays["truth"][j], "lime", "true event", 30)
+                _span(ax, arrays["mask"][j], "cyan", "attention mask", 28)
+                ax.set_title(title, fontsize=8)
+                ax.set(xticks=[], yticks=[])
+        axes[0, 0].legend(fontsize=6, loc="lower right")
+        return _save(fig, out_dir / "ppae-edits.png")
+
+
+class AttentionSection(ReportSection):
+    """The edited word's cross-attention over time (averaged over steps, layers, heads) against the true event."""
+
+    title = "Cross-attention of the edited word over time"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        arrays = data.artifacts
+        if "attention" not in arrays:
+            return MISSING
+        count = len(arrays["attention"])
+        fig, axes = plt.subplots(1, count, figsize=(2.8 * count, 2.6), dpi=100, squeeze=False)
+        for j, ax in enumerate(axes[0]):
+            frames = np.arange(len(arrays["attention"][j]))
+            ax.fill_between(frames, 0, arrays["truth"][j], step="mid", color="lime", alpha=0.3, label="true event")
+            ax.plot(frames, arrays["attention"][j], "k-", label="attention / max")
+            ax.axhline(data.config.get("workload", {}).get("threshold", 0.5), color="cyan", lw=1, ls="--")
+            ax.set(ylim=(0, 1.05), xlabel="frame", title=f"IoU {arrays['iou'][j]:.2f}")
+        axes[0, 0].legend(fontsize=6)
+        return _save(fig, out_dir / "ppae-attention.png")
+
+
+SECTIONS: list[ReportSection] = [EditSection(), AttentionSection()]
