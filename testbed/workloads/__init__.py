@@ -15,6 +15,8 @@ from testbed.workloads import gridcoarsen  # noqa: F401
 from testbed.workloads import floodgnn  # noqa: F401
 from testbed.workloads import musicflow  # noqa: F401
 from testbed.workloads import ppae  # noqa: F401
+from testbed.workloads import robodreamer  # noqa: F401
+from testbed.workloads import atradiff  # noqa: F401
 from testbed.plugins import load_entry_points
 
 # Installed packages add workloads through the `testbed.workloads` entry-point group.

@@ -1,0 +1,182 @@
+"""The generative models of the ATraDiff miniature: trajectory diffusers of several lengths with
+initial-state inpainting, the length estimator, the pruner, and the SynthER-style transition diffuser.
+
+Both diffusers are DDPM models (cosine schedule) on a flat vector, parametrised by their clean
+estimate with EDM preconditioning (Karras et al. 2022), sampled with DDIM. A trajectory diffuser
+of horizon L models windows ``[L, CHANNELS]`` and is conditioned on the first state by
+replacement inpainting (the paper's "initial state as the condition"): at every sampling step
+the clean estimate's first state is overwritten by the given one. The transition diffuser
+models single tuples (s, a, r, s', done), as SynthER does.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from testbed.workloads.atradiff.env import CENTER, CHANNELS, GOAL, SCALE, denormalise, normalise
+
+
+def alpha_bars(steps: int) -> torch.Tensor:
+    """Cumulative signal fractions of the cosine noise schedule, ``[steps]``."""
+    grid = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
+    f = torch.cos((grid + 0.008) / 1.008 * math.pi / 2) ** 2
+    return (f[1:] / f[0]).clamp(1e-5, 0.9999).float()
+
+
+class VectorDenoiser(nn.Module):
+    """x^_0(x_t, t) for flat vectors: a residual MLP with EDM preconditioning.
+
+    x^_0 = c_skip x_t / sqrt(abar) + c_out F(x_t / sqrt(abar) * c_in, t), sigma^2 = (1 - abar) / abar.
+    """
+
+    SIGMA_DATA = 0.5
+
+    def __init__(self, dim: int, hidden: int, blocks: int, abar: torch.Tensor):
+        super().__init__()
+        self.register_buffer("abar", abar.clone(), persistent=False)
+        self.inp = nn.Linear(dim + 16, hidden)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden)) for _ in range(blocks))
+        self.out = nn.Sequential(nn.SiLU(), nn.Linear(hidden, dim))
+
+    def forward(self, noisy: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        a = self.abar[t][:, None]
+        sigma2, sd2 = (1 - a) / a, self.SIGMA_DATA**2
+        x = noisy / a.sqrt()
+        freqs = torch.exp(-math.log(1000.0) * torch.arange(8) / 8)
+        angles = (0.25 * torch.log(sigma2)) * freqs[None] * 10
+        h = self.inp(torch.cat([x / (sigma2 + sd2).sqrt(), angles.sin(), angles.cos()], 1))
+        for block in self.blocks:
+            h = h + block(h)
+        return sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * self.SIGMA_DATA / (sigma2 + sd2).sqrt() * self.out(h)
+
+
+class TemporalDenoiser(VectorDenoiser):
+    """x^_0 for trajectory windows: 1-D convolutions over time (as Diffuser's temporal U-Net, without
+    down-sampling), with the same EDM preconditioning; the windows stay flat ``[B, L * CHANNELS]`` outside.
+
+    Convolutions over time see neighbouring rows, which is what the dynamics relate.
+    """
+
+    def __init__(self, length: int, hidden: int, blocks: int, abar: torch.Tensor):
+        nn.Module.__init__(self)
+        self.length = length
+        self.register_buffer("abar", abar.clone(), persistent=False)
+        self.inp = nn.Conv1d(CHANNELS, hidden, 5, padding=2)
+        self.film = nn.ModuleList(nn.Linear(16, 2 * hidden) for _ in range(blocks))
+        self.convs = nn.ModuleList(nn.Conv1d(hidden, hidden, 5, padding=2) for _ in range(2 * blocks))
+        self.out = nn.Conv1d(hidden, CHANNELS, 5, padding=2)
+
+    def forward(self, noisy: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        a = self.abar[t][:, None]
+        sigma2, sd2 = (1 - a) / a, self.SIGMA_DATA**2
+        x = noisy / a.sqrt()
+        freqs = torch.exp(-math.log(1000.0) * torch.arange(8) / 8)
+        angles = (0.25 * torch.log(sigma2)) * freqs[None] * 10
+        embedding = torch.cat([angles.sin(), angles.cos()], 1)
+        h = self.inp((x / (sigma2 + sd2).sqrt()).reshape(len(x), self.length, CHANNELS).transpose(1, 2))
+        for index, film in enumerate(self.film):
+            scale, shift = film(embedding)[:, :, None].chunk(2, dim=1)
+            z = self.convs[2 * index](nn.functional.silu(h)) * (1 + scale) + shift
+            h = h + self.convs[2 * index + 1](nn.functional.silu(z))
+        out = self.out(nn.functional.silu(h)).transpose(1, 2).reshape(x.shape)
+        return sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * self.SIGMA_DATA / (sigma2 + sd2).sqrt() * out
+
+
+def denoising_loss(model: VectorDenoiser, x0: torch.Tensor, generator: torch.Generator,
+                   reduce: bool = True) -> torch.Tensor:
+    """E_t,eps || x^_0(sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps, t) - x_0 ||^2 (per sample if not ``reduce``)."""
+    t = torch.randint(0, len(model.abar), (len(x0),), generator=generator)
+    noise = torch.randn(x0.shape, generator=generator)
+    a = model.abar[t][:, None]
+    error = (model(a.sqrt() * x0 + (1 - a).sqrt() * noise, t) - x0).pow(2).mean(1)
+    return error.mean() if reduce else error
+
+
+@torch.no_grad()
+def ddim_sample(model: VectorDenoiser, count: int, dim: int, steps: int, generator: torch.Generator,
+                known: torch.Tensor | None = None, known_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """DDIM (eta = 0) with ``steps`` steps; entries where ``known_mask`` is set are inpainted from ``known``."""
+    x = torch.randn(count, dim, generator=generator)
+    times = torch.linspace(len(model.abar) - 1, 0, steps).round().long()
+    for index, step in enumerate(times):
+        a = model.abar[step]
+        x0 = model(x, step.repeat(count)).clamp(-1.5, 1.5)
+        if known is not None:
+            x0 = torch.where(known_mask, known, x0)
+        eps = (x - a.sqrt() * x0) / (1 - a).sqrt()
+        a_next = model.abar[times[index + 1]] if index + 1 < len(times) else torch.tensor(1.0)
+        x = a_next.sqrt() * x0 + (1 - a_next).sqrt() * eps
+    return x
+
+
+def sample_trajectories(model: VectorDenoiser, length: int, starts: np.ndarray, steps: int,
+                        generator: torch.Generator) -> np.ndarray:
+    """Windows ``[len(starts), length, CHANNELS]`` (raw units) whose first state is inpainted to ``starts``."""
+    count = len(starts)
+    known = torch.zeros(count, length, CHANNELS)
+    first = np.zeros((count, CHANNELS), dtype=np.float32)
+    first[:, :2] = starts
+    known[:, 0, :2] = torch.from_numpy(normalise(first)[:, :2])
+    mask = torch.zeros(count, length, CHANNELS, dtype=torch.bool)
+    mask[:, 0, :2] = True
+    flat = ddim_sample(model, count, length * CHANNELS, steps, generator, known.flatten(1), mask.flatten(1))
+    return denormalise(flat.reshape(count, length, CHANNELS).numpy())
+
+
+def prune(window: np.ndarray) -> dict[str, np.ndarray]:
+    """The non-parametric pruner: cut a generated window at its first goal (or terminal) row.
+
+    Returns the transitions up to there; the last is marked terminal if the goal was reached.
+    """
+    reached = (window[:, 0] >= GOAL) | (window[:, 4] > 0.5)
+    reached[0] = False  # the given first state is never the end
+    end = int(np.argmax(reached)) if reached.any() else len(window) - 1
+    terminal = np.zeros(end, dtype=np.float32)
+    if reached.any():
+        terminal[-1] = 1.0
+    return {"obs": window[:end, :2], "act": window[:end, 2], "rew": window[:end, 3],
+            "next": window[1 : end + 1, :2], "term": terminal}
+
+
+class LengthEstimator(nn.Module):
+    """MLP(s_0) -> log(steps to the goal): picks the horizon of the diffuser to sample."""
+
+    def __init__(self, hidden: int = 64):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+                                 nn.Linear(hidden, 1))
+
+    def forward(self, states: np.ndarray) -> torch.Tensor:
+        """log steps to the goal of each state ``[n, 2]`` (raw units)."""
+        return self.net(torch.from_numpy(((states - CENTER[:2]) / SCALE[:2]).astype(np.float32))).squeeze(1)
+
+    def estimate(self, states: np.ndarray) -> np.ndarray:
+        """Estimated steps to the goal of each state ``[n, 2]`` (raw units)."""
+        with torch.no_grad():
+            return self(states).exp().numpy()
+
+
+def choose_length(estimates: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """The smallest horizon that covers each estimate (plus its final state), else the largest."""
+    options = np.array(sorted(lengths))
+    covered = options[None, :] >= estimates[:, None] + 1
+    return np.where(covered.any(1), options[np.argmax(covered, 1)], options[-1])
+
+
+def transition_vectors(obs, act, rew, nxt, term) -> np.ndarray:
+    """SynthER's tuples ``[n, 7]`` (normalised): s, a, r, s', done."""
+    first = normalise(np.concatenate([obs, act[:, None], rew[:, None], term[:, None]], 1))
+    second = normalise(np.concatenate([nxt, np.zeros((len(nxt), 3), dtype=np.float32)], 1))[:, :2]
+    return np.concatenate([first[:, :4], second, first[:, 4:5]], 1).astype(np.float32)
+
+
+def split_transitions(vectors: np.ndarray) -> dict[str, np.ndarray]:
+    """Generated tuples back to raw transitions (done thresholded at 0.5)."""
+    head = denormalise(np.concatenate([vectors[:, :4], vectors[:, 6:7]], 1))
+    nxt = denormalise(np.concatenate([vectors[:, 4:6], np.zeros((len(vectors), 3), dtype=np.float32)], 1))[:, :2]
+    return {"obs": head[:, :2], "act": np.clip(head[:, 2], -1, 1), "rew": head[:, 3], "next": nxt,
+            "term": (head[:, 4] > 0.5).astype(np.float32)}
