@@ -102,7 +102,9 @@ def test_sdea_flags_sign_flippers_in_flower_simulation():
     # Execute
     run_simulation(
         server_app=server_app, client_app=client_app, num_supernodes=NUM_CLIENTS,
-        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 1}},
+        # address "local": a fresh Ray here even while a cluster runs on this machine (ray.init
+        # would otherwise join it and refuse num_cpus).
+        backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 1, "address": "local"}},
     )
 
     # Assert
