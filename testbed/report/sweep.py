@@ -71,10 +71,9 @@ def compared_metrics(variants: dict[str, dict[str, Any]], chosen: list[str]) -> 
 
 
 def _variants_table(variants: dict[str, dict[str, Any]], metrics: list[str]) -> str:
-    keys = metrics
-    rows = [(slug, v["status"], *[v.get("final_metrics", {}).get(k, "-") for k in keys], v.get("error", ""))
+    rows = [(slug, v["status"], *[v.get("final_metrics", {}).get(k, "-") for k in metrics], v.get("error", ""))
             for slug, v in sorted(variants.items())]
-    return table(rows, ("variant", "status", *keys, "error"))
+    return table(rows, ("variant", "status", *metrics, "error"))
 
 
 def _value_at(config: dict[str, Any], dotted: str) -> Any:
