@@ -9,7 +9,6 @@ import pytest
 import torch
 from torch import nn
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -18,13 +17,6 @@ from testbed.workloads.aco.data import cube_dataset, parity_dataset
 from testbed.workloads.aco.policy import aco_chooser, greedy_chooser, random_chooser
 
 SETTINGS = AcquisitionSettings(cost=0.05, neighbours=5, exhaustive_up_to=4, random_candidates=16)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread (tiny matrices; far faster on a busy machine)."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, data: dict | None = None, **workload):

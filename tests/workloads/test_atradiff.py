@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -17,13 +16,6 @@ from testbed.workloads.atradiff.buffer import Buffer, mixed_batch
 TINY = dict(offline_episodes=6, lengths=[8, 16], hidden=32, blocks=1, pretrain_steps=3, diffusion_steps=20,
             sample_steps=3, generate_every=10, generate_count=4, adapt_every=15, adapt_steps=2, warmup_steps=5,
             batch_size=16, sac_hidden=16, eval_episodes=1)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

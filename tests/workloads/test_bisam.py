@@ -10,19 +10,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.bisam import BiSAM, LowerBoundSurrogate, zero_one_loss
 from testbed.workloads.bisam.surrogate import phi_neg_log, phi_tanh
 from testbed.workloads.bisam.workload import corrupt_labels
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread (tiny matrices; far faster on a busy machine)."""
-    with single_threaded():
-        yield
 
 
 SURROGATES = [LowerBoundSurrogate("neg_log", 1.0), LowerBoundSurrogate("neg_log", 10.0),

@@ -7,20 +7,12 @@ import math
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.dfm import codesign as chains
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -17,12 +16,6 @@ from testbed.workloads.floodgnn.models import fit_rain_increment, flux_divergenc
 from testbed.workloads.floodgnn.terrain import d8_edges, flow_accumulation, regions
 
 TINY = dict(region_size=8, events=3, heldout_events=1, train_combos=4, rollout_steps=6, horizons=[3, 6], hidden=8)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -14,13 +13,6 @@ from testbed.workloads.gpgvae import games, model
 
 # Small but enough: 6 complement + 6 substitute graphs, a 200-game pretraining set for the type classifier.
 SMALL = {"graphs_per_sign": 6, "pretrain_graphs": 200, "grad_samples": 2}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

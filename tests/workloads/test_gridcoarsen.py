@@ -7,7 +7,6 @@ import pytest
 import torch
 from scipy.spatial import cKDTree
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -16,12 +15,6 @@ from testbed.workloads.gridcoarsen.solver import Physics, net_outflow, rollout, 
 
 # A small problem for the trained tests: 16x16 fine points, 10x coarser grids of 25 points.
 SMALL = dict(side=16, reductions=[10], record_steps=100, parabolic_time=0.05, wave_time=1.2, lr=0.004)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

@@ -6,20 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.musicflow import data, flow, metrics
 
 TINY = dict(train_clips=64, test_clips=16, hidden=16, heads=2, batch_size=16, sample_steps=2, fd_steps=[2])
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

@@ -15,7 +15,6 @@ import yaml
 from torch import nn
 
 from testbed.data import load_dataset
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -27,12 +26,6 @@ from testbed.workloads.oodrobust.typeset import typeset_digits
 SMALL = {"population": 6, "widths": [32, 64], "epsilons": [0.1, 0.2],
          "evaluation": {"eval_size": 150, "attack_steps": 10, "corruptions": ["gaussian_noise", "contrast", "translate"],
                         "severities": [3], "threats": ["linf_large", "rotation"]}}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, steps: int = 60, **workload):

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -17,13 +16,6 @@ TINY = dict(train_clips=64, test_clips=8, hidden=16, heads=2, batch_size=16, sam
 # The size of the core test: calibrated on seeds 0-2 (see `test_attention_localises_the_event_...`).
 CORE = dict(train_clips=800, test_clips=32, sample_steps=25)
 CORE_STEPS = 600
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

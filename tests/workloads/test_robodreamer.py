@@ -6,19 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.robodreamer import model as diffusion
 from testbed.workloads.robodreamer import world
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):
@@ -138,7 +130,6 @@ def test_metrics_and_artifacts_have_the_expected_shapes():
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ScenarioError, match=rf"workload\.{field}"):
         scenario(**{field: value})
-
 
 
 @pytest.mark.parametrize("variant, parts", [("compositional", 2), ("monolithic", 1)])

@@ -14,20 +14,12 @@ import torch
 import yaml
 
 from testbed.data import DATASETS
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.stc import data as moving
 from testbed.workloads.stc.metrics import frame_metrics, ssim
 from testbed.workloads.stc.neurons import SpikingLayer, spike
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):

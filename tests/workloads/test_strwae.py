@@ -6,20 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.strwae import hsic, mmd, mutual_independence
 from testbed.workloads.strwae.data import NUM_LIGHTS, light_ramps, lit_digits
 from testbed.workloads.strwae.kernels import category_gram, gaussian_gram
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread (tiny matrices; far faster on a busy machine)."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, data: dict | None = None, **workload):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from testbed.determinism import single_threaded
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
@@ -16,13 +15,6 @@ from testbed.workloads.vsdm.dynamics import (
 from testbed.workloads.vsdm.shapes import gaussian_kl, sliced_wasserstein, straightness
 
 SCHEDULE = Schedule(0.1, 10.0, 1.7)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Train as the runner does: one torch thread."""
-    with single_threaded():
-        yield
 
 
 def scenario(seed: int = 0, **workload):
