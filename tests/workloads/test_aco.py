@@ -15,6 +15,7 @@ from testbed.runners.workload import build_workload
 from testbed.workloads.aco import AcquisitionSettings, NeighbourOracle, candidate_masks, rollout
 from testbed.workloads.aco.data import cube_dataset, parity_dataset
 from testbed.workloads.aco.policy import aco_chooser, greedy_chooser, random_chooser
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 SETTINGS = AcquisitionSettings(cost=0.05, neighbours=5, exhaustive_up_to=4, random_candidates=16)
 
@@ -116,13 +117,8 @@ def test_random_baseline_acquires_as_many_features_as_aco_per_instance():
 
 def test_resume_continues_bit_exactly():
     config = dict(eval_instances=20, hidden=32, num_samples=400)
-    straight = build_workload(scenario(**config))
-    straight.train(40)
-    split = build_workload(scenario(**config))
-    split.train(15)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(25)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=15, total=40)
     assert restored.evaluate() == straight.evaluate()
     for a, b in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(a, b)

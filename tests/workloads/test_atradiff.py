@@ -12,6 +12,7 @@ from testbed.runners.workload import build_workload
 from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer, mixed_batch
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(offline_episodes=6, lengths=[8, 16], hidden=32, blocks=1, pretrain_steps=3, diffusion_steps=20,
             sample_steps=3, generate_every=10, generate_count=4, adapt_every=15, adapt_steps=2, warmup_steps=5,
@@ -87,13 +88,8 @@ def test_mixed_batches_hold_the_synthetic_share():
 
 @pytest.mark.parametrize("variant", ["atradiff", "synther", "sac"])
 def test_resume_continues_bit_exactly(variant):
-    straight = build_workload(scenario(variant=variant, **TINY))
-    straight.train(33)
-    split = build_workload(scenario(variant=variant, **TINY))
-    split.train(17)
-    restored = build_workload(scenario(variant=variant, **TINY))
-    restored.load_state_dict(split.state_dict())
-    restored.train(16)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(variant=variant, **TINY)), split_at=17, total=33)
     assert restored.evaluate() == straight.evaluate()
     for mine, theirs in zip(restored.loop.agent.parameters(), straight.loop.agent.parameters()):
         assert torch.equal(mine, theirs)

@@ -16,6 +16,7 @@ from testbed.runners.workload import build_workload
 from testbed.workloads.bisam import BiSAM, LowerBoundSurrogate, zero_one_loss
 from testbed.workloads.bisam.surrogate import phi_neg_log, phi_tanh
 from testbed.workloads.bisam.workload import corrupt_labels
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 
 SURROGATES = [LowerBoundSurrogate("neg_log", 1.0), LowerBoundSurrogate("neg_log", 10.0),
@@ -152,13 +153,8 @@ def test_symmetric_label_noise_flips_the_exact_fraction_to_other_classes():
 @pytest.mark.parametrize("variant", ["bisam", "sam"])
 def test_resume_continues_bit_exactly(variant):
     config = dict(variant=variant, label_noise=0.2, hidden=32)
-    straight = build_workload(scenario(**config))
-    straight.train(30)
-    split = build_workload(scenario(**config))
-    split.train(12)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(18)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=12, total=30)
     assert restored.evaluate() == straight.evaluate()
     for a, b in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(a, b)

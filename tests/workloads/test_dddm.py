@@ -9,6 +9,7 @@ from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.dddm import diffusion, quality
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 
 def scenario(seed: int = 0, **workload):
@@ -104,13 +105,8 @@ def test_pseudo_lpips_is_zero_on_equal_images_and_symmetric():
 @pytest.mark.parametrize("variant", ["dddm", "ddim"])
 def test_resume_continues_bit_exactly(variant):
     config = dict(variant=variant, train_size=200, batch_size=32, hidden=32, eval_samples=100, sample_steps=[1, 2, 4])
-    straight = build_workload(scenario(**config))
-    straight.train(14)
-    split = build_workload(scenario(**config))
-    split.train(6)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(8)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=6, total=14)
     assert restored.evaluate() == straight.evaluate()
     assert torch.equal(restored.estimates, straight.estimates)
     for mine, theirs in zip(restored.model.parameters(), straight.model.parameters()):

@@ -13,6 +13,7 @@ from testbed.runners.workload import build_workload
 from testbed.workloads.dfm import codesign as chains
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 
 def scenario(seed: int = 0, **workload):
@@ -156,13 +157,8 @@ def test_codesign_is_consistent_far_above_random_pairing():
                          ids=["dfm", "d3pm", "codesign"])
 def test_resume_continues_bit_exactly(config):
     config = dict(config, hidden=32, eval_samples=50, sample_steps=4, train_size=300, batch_size=32)
-    straight = build_workload(scenario(**config))
-    straight.train(10)
-    split = build_workload(scenario(**config))
-    split.train(4)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(6)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=4, total=10)
     assert restored.evaluate() == straight.evaluate()
     for mine, theirs in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(mine, theirs)

@@ -14,6 +14,7 @@ from testbed.workloads.floodgnn import ComGNN, MessagePassingGNN
 from testbed.workloads.floodgnn.hydraulics import Storm, simulate
 from testbed.workloads.floodgnn.models import fit_rain_increment, flux_divergence, matched_baseline, parameter_count
 from testbed.workloads.floodgnn.terrain import d8_edges, flow_accumulation, regions
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(region_size=8, events=3, heldout_events=1, train_combos=4, rollout_steps=6, horizons=[3, 6], hidden=8)
 
@@ -118,13 +119,8 @@ def test_split_holds_out_whole_regions_and_storms():
 
 
 def test_resume_continues_bit_exactly():
-    straight = build_workload(scenario(**TINY))
-    straight.train(4)
-    split = build_workload(scenario(**TINY))
-    split.train(2)
-    restored = build_workload(scenario(**TINY))
-    restored.load_state_dict(split.state_dict())
-    restored.train(2)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**TINY)), split_at=2, total=4)
     assert restored.evaluate() == straight.evaluate()
 
 

@@ -12,6 +12,7 @@ from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.gridcoarsen import geometry, topology
 from testbed.workloads.gridcoarsen.solver import Physics, net_outflow, rollout, transmissibility
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 # A small problem for the trained tests: 16x16 fine points, 10x coarser grids of 25 points.
 SMALL = dict(side=16, reductions=[10], record_steps=100, parabolic_time=0.05, wave_time=1.2, lr=0.004)
@@ -106,13 +107,8 @@ def test_baseline_variants_do_not_train():
 
 def test_resume_continues_bit_exactly():
     config = dict(SMALL, record_steps=30)
-    straight = build_workload(scenario(**config))
-    straight.train(5)
-    split = build_workload(scenario(**config))
-    split.train(2)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(3)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=2, total=5)
     assert restored.evaluate() == straight.evaluate()
 
 

@@ -10,6 +10,7 @@ from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.musicflow import data, flow, metrics
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(train_clips=64, test_clips=16, hidden=16, heads=2, batch_size=16, sample_steps=2, fd_steps=[2])
 
@@ -110,13 +111,8 @@ def test_metrics_closed_forms():
 
 @pytest.mark.parametrize("variant", ["musicflow", "nomask", "single"])
 def test_resume_continues_bit_exactly(variant):
-    straight = build_workload(scenario(variant=variant, **TINY))
-    straight.train(6)
-    split = build_workload(scenario(variant=variant, **TINY))
-    split.train(2)
-    restored = build_workload(scenario(variant=variant, **TINY))
-    restored.load_state_dict(split.state_dict())
-    restored.train(4)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(variant=variant, **TINY)), split_at=2, total=6)
     assert restored.evaluate() == straight.evaluate()
     for mine, theirs in zip(restored.stages.parameters(), straight.stages.parameters()):
         assert torch.equal(mine, theirs)

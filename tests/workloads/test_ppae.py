@@ -11,6 +11,7 @@ from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.ppae import data, editing, metrics
 from testbed.workloads.ppae.model import AttentionControl, Denoiser, alpha_bars
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(train_clips=64, test_clips=8, hidden=16, heads=2, batch_size=16, sample_steps=4)
 # The size of the core test: calibrated on seeds 0-2 (see `test_attention_localises_the_event_...`).
@@ -113,13 +114,8 @@ def test_metrics_closed_forms():
 
 @pytest.mark.parametrize("variant", ["ppae", "regenerate", "sdedit"])
 def test_resume_continues_bit_exactly(variant):
-    straight = build_workload(scenario(variant=variant, **TINY))
-    straight.train(6)
-    split = build_workload(scenario(variant=variant, **TINY))
-    split.train(2)
-    restored = build_workload(scenario(variant=variant, **TINY))
-    restored.load_state_dict(split.state_dict())
-    restored.train(4)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(variant=variant, **TINY)), split_at=2, total=6)
     assert restored.evaluate() == straight.evaluate()
     for mine, theirs in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(mine, theirs)

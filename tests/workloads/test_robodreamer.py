@@ -11,6 +11,7 @@ from testbed.loading import validate_raw
 from testbed.runners.workload import build_workload
 from testbed.workloads.robodreamer import model as diffusion
 from testbed.workloads.robodreamer import world
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 
 def scenario(seed: int = 0, **workload):
@@ -101,13 +102,8 @@ def test_sampler_guides_with_the_mean_component_difference(monkeypatch):
 def test_resume_continues_bit_exactly(variant):
     config = dict(variant=variant, channels=8, embed=16, blocks=1, batch_size=8, eval_per_combo=1, sample_steps=4,
                   goal_image=variant == "compositional")
-    straight = build_workload(scenario(**config))
-    straight.train(5)
-    split = build_workload(scenario(**config))
-    split.train(2)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(3)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=2, total=5)
     assert restored.evaluate() == straight.evaluate()
     for mine, theirs in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(mine, theirs)

@@ -12,6 +12,7 @@ from testbed.runners.workload import build_workload
 from testbed.workloads.strwae import hsic, mmd, mutual_independence
 from testbed.workloads.strwae.data import NUM_LIGHTS, light_ramps, lit_digits
 from testbed.workloads.strwae.kernels import category_gram, gaussian_gram
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 
 def scenario(seed: int = 0, data: dict | None = None, **workload):
@@ -74,13 +75,8 @@ def test_every_digit_appears_under_every_light_and_splits_keep_the_four_together
 @pytest.mark.parametrize("variant", ["strwae", "wae", "vae_hsic"])
 def test_resume_continues_bit_exactly(variant):
     config = dict(variant=variant, hidden=32, batch_size=32, labelled_batch_size=8)
-    straight = build_workload(scenario(**config))
-    straight.train(12)
-    split = build_workload(scenario(**config))
-    split.train(5)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(7)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=5, total=12)
     for a, b in zip(restored.model.parameters(), straight.model.parameters()):
         assert torch.equal(a, b)
     assert restored.train(3) == straight.train(3)

@@ -13,6 +13,7 @@ from testbed.workloads.vsdm.dynamics import (
     Schedule, conditional_covariance, mean_factor, simulate_forward,
 )
 from testbed.workloads.vsdm.shapes import gaussian_kl, sliced_wasserstein, straightness
+from tests.workloads.helpers import resumed_and_uninterrupted
 
 SCHEDULE = Schedule(0.1, 10.0, 1.7)
 
@@ -127,13 +128,8 @@ def test_metrics_are_zero_or_one_at_their_ideal():
 @pytest.mark.parametrize("variant", ["vsdm", "dsm"])
 def test_resume_continues_bit_exactly(variant):
     config = dict(variant=variant, stage_steps=4, a_paths=32, a_steps=3, time_steps=20, hidden=32, eval_size=200)
-    straight = build_workload(scenario(**config))
-    straight.train(14)
-    split = build_workload(scenario(**config))
-    split.train(6)
-    restored = build_workload(scenario(**config))
-    restored.load_state_dict(split.state_dict())
-    restored.train(8)
+    restored, straight = resumed_and_uninterrupted(
+        lambda: build_workload(scenario(**config)), split_at=6, total=14)
     assert restored.evaluate() == straight.evaluate()
     assert torch.equal(restored.a, straight.a)
     for mine, theirs in zip(restored.bridge.net.parameters(), straight.bridge.net.parameters()):
