@@ -32,6 +32,16 @@ def numeric_series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float]
     return series
 
 
+def figure_image(fig, path: Path, alt: str | None = None) -> str:
+    """Lay out, save and close ``fig`` as ``path``; return the report's <img> for it."""
+    from testbed.report.sections import image
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return image(path.name, alt or path.stem)
+
+
 def safe_name(text: str) -> str:
     """A file-name-safe version of a metric name."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)

@@ -11,17 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image  # noqa: E402
+from testbed.report.sections import ReportSection  # noqa: E402
 
 MISSING = "<p>Nothing was saved for this section (the run has not finished, or the variant has no generator).</p>"
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 class ReturnCurveSection(ReportSection):
@@ -47,7 +41,7 @@ class ReturnCurveSection(ReportSection):
         solved = evals[-1].get("test_solved", 0) > 0
         note = (f"<p>Threshold reached after {evals[-1]['test_steps_to_threshold']:.0f} environment steps.</p>"
                 if solved else "<p>The threshold was not reached in this run.</p>")
-        return _save(fig, out_dir / "atradiff-return.png") + note
+        return figure_image(fig, out_dir / "atradiff-return.png") + note
 
 
 class ImaginedPathsSection(ReportSection):
@@ -67,7 +61,7 @@ class ImaginedPathsSection(ReportSection):
             ax.axvline(0.45, color="red", linestyle="--", linewidth=1)
             ax.set(title=title, xlabel="position", ylabel="velocity")
             ax.grid(alpha=0.3)
-        return _save(fig, out_dir / "atradiff-paths.png")
+        return figure_image(fig, out_dir / "atradiff-paths.png")
 
 
 class DynamicsSection(ReportSection):
@@ -89,7 +83,7 @@ class DynamicsSection(ReportSection):
         ax.legend(fontsize=8)
         ratio = errors.mean() / max(changes.mean(), 1e-12)
         note = f"<p>Mean error / mean step size: {ratio:.3f} over {len(errors)} imagined transitions.</p>"
-        return _save(fig, out_dir / "atradiff-dynamics.png") + note
+        return figure_image(fig, out_dir / "atradiff-dynamics.png") + note
 
 
 SECTIONS: list[ReportSection] = [ReturnCurveSection(), DynamicsSection(), ImaginedPathsSection()]

@@ -10,21 +10,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image, table  # noqa: E402
+from testbed.report.sections import ReportSection, table  # noqa: E402
 
 MISSING = "<p>No samples were saved (the run has not finished).</p>"
 
 
 def _workload(data: RunData) -> dict:
     return data.config.get("workload", {})
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 def _digit_rows(ax, rows: np.ndarray) -> None:
@@ -56,7 +50,7 @@ class QualitySection(ReportSection):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         rows = [(int(s), float(d)) for s, d in zip(arrays["steps"], arrays["distance"])]
-        return _save(fig, out_dir / "dddm-quality.png") + table(rows, ("steps", label))
+        return figure_image(fig, out_dir / "dddm-quality.png") + table(rows, ("steps", label))
 
 
 class SamplesSection(ReportSection):
@@ -73,12 +67,12 @@ class SamplesSection(ReportSection):
             fig, ax = plt.subplots(figsize=(10, 0.9 * (len(steps) + 1)), dpi=100)
             _digit_rows(ax, np.concatenate([arrays["data"][None], samples])[:, :16])
             ax.set_yticks(4 + 8 * np.arange(len(steps) + 1), ["data"] + [f"{s} steps" for s in steps])
-            return _save(fig, out_dir / "dddm-samples.png")
+            return figure_image(fig, out_dir / "dddm-samples.png")
         fig, axes = plt.subplots(1, len(steps) + 1, figsize=(2.6 * (len(steps) + 1), 2.8), dpi=100)
         for ax, title, points in zip(axes, ["data"] + [f"{s} steps" for s in steps], [arrays["data"], *samples]):
             ax.scatter(points[:, 0], points[:, 1], s=1, alpha=0.4)
             ax.set(title=title, xlim=(-3, 3), ylim=(-3, 3), xticks=[], yticks=[], aspect="equal")
-        return _save(fig, out_dir / "dddm-samples.png")
+        return figure_image(fig, out_dir / "dddm-samples.png")
 
 
 class BufferSection(ReportSection):
@@ -93,11 +87,11 @@ class BufferSection(ReportSection):
         if _workload(data).get("dataset") == "digits":
             fig, ax = plt.subplots(figsize=(10, 1.2), dpi=100)
             _digit_rows(ax, arrays["estimates"][None, :16])
-            return _save(fig, out_dir / "dddm-buffer.png")
+            return figure_image(fig, out_dir / "dddm-buffer.png")
         fig, ax = plt.subplots(figsize=(4, 4), dpi=100)
         ax.scatter(arrays["estimates"][:, 0], arrays["estimates"][:, 1], s=1, alpha=0.5)
         ax.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal", title="buffer estimates")
-        return _save(fig, out_dir / "dddm-buffer.png")
+        return figure_image(fig, out_dir / "dddm-buffer.png")
 
 
 SECTIONS: list[ReportSection] = [QualitySection(), SamplesSection(), BufferSection()]

@@ -10,18 +10,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image, table  # noqa: E402
+from testbed.report.sections import ReportSection, table  # noqa: E402
 from testbed.workloads.dfm import sequences as seqs  # noqa: E402
 
 MISSING = "<p>Not part of this run (another task or variant), or the run has not finished.</p>"
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 class ValiditySection(ReportSection):
@@ -44,7 +38,7 @@ class ValiditySection(ReportSection):
         ax.set(xlabel="sampling steps", ylabel="validity", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        return _save(fig, out_dir / "dfm-validity.png")
+        return figure_image(fig, out_dir / "dfm-validity.png")
 
 
 class EtaInvarianceSection(ReportSection):
@@ -77,7 +71,7 @@ class EtaInvarianceSection(ReportSection):
         note = (f"<p>{steps} Euler steps. Sampling-error floor (two independent eta = 0 runs, exact denoiser): "
                 f"TV {floor:.3f}.</p>")
         header = ("denoiser", "TV(eta=0, large eta)", "chi-square p")
-        return _save(fig, out_dir / "dfm-eta.png") + table(rows, header) + note
+        return figure_image(fig, out_dir / "dfm-eta.png") + table(rows, header) + note
 
 
 def _aligned(source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -103,7 +97,7 @@ class ChainsSection(ReportSection):
             ax.plot(*_aligned(refolded, chain).T, "x--", ms=3, label="refolded sequence")
             ax.set(title=f"RMSD {rmsd:.2f}", aspect="equal", xticks=[], yticks=[])
         axes[0, 0].legend(fontsize=6)
-        return _save(fig, out_dir / "dfm-chains.png")
+        return figure_image(fig, out_dir / "dfm-chains.png")
 
 
 class ConsistencySection(ReportSection):
@@ -122,7 +116,7 @@ class ConsistencySection(ReportSection):
         ax.axvline(float(arrays["rmsd_threshold"]), color="k", ls="--", label="threshold")
         ax.set(xlabel="RMSD after superposition (bond lengths)", ylabel="pairs")
         ax.legend(fontsize=8)
-        return _save(fig, out_dir / "dfm-consistency.png")
+        return figure_image(fig, out_dir / "dfm-consistency.png")
 
 
 SECTIONS: list[ReportSection] = [ValiditySection(), EtaInvarianceSection(), ChainsSection(), ConsistencySection()]

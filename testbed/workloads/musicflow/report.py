@@ -10,18 +10,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image, table  # noqa: E402
+from testbed.report.sections import ReportSection, table  # noqa: E402
 from testbed.workloads.musicflow.data import describe  # noqa: E402
 
 MISSING = "<p>No samples were saved (the run has not finished).</p>"
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 def _spectrogram(ax, features: np.ndarray, title: str) -> None:
@@ -50,7 +44,7 @@ class StepsSection(ReportSection):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         rows = [(int(s), int(e), float(f)) for s, e, f in zip(arrays["fd_steps"], evaluations, arrays["fd"])]
-        return _save(fig, out_dir / "musicflow-steps.png") + table(rows, ("steps per stage", "evaluations", "FD"))
+        return figure_image(fig, out_dir / "musicflow-steps.png") + table(rows, ("steps per stage", "evaluations", "FD"))
 
 
 class SpectrogramSection(ReportSection):
@@ -72,7 +66,7 @@ class SpectrogramSection(ReportSection):
             _spectrogram(axes[2, j], arrays["infilled"][j], "infilled middle (between lines)")
             for x in (start - 0.5, stop + 0.5):
                 axes[2, j].axvline(x, color="cyan", lw=1)
-        return _save(fig, out_dir / "musicflow-spectrograms.png")
+        return figure_image(fig, out_dir / "musicflow-spectrograms.png")
 
 
 class FollowSection(ReportSection):
@@ -91,7 +85,7 @@ class FollowSection(ReportSection):
             ax.plot(np.arange(len(produced)), produced, "k.", label="generated")
             ax.set(ylim=(-0.5, 11.5), xlabel="frame", ylabel="pitch class")
         axes[0, 0].legend(fontsize=7)
-        return _save(fig, out_dir / "musicflow-follow.png")
+        return figure_image(fig, out_dir / "musicflow-follow.png")
 
 
 SECTIONS: list[ReportSection] = [StepsSection(), SpectrogramSection(), FollowSection()]

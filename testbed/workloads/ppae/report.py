@@ -10,8 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image  # noqa: E402
+from testbed.report.sections import ReportSection  # noqa: E402
 from testbed.workloads.ppae.data import EVENTS  # noqa: E402
 
 MISSING = "<p>No edits were saved (the run has not finished).</p>"
@@ -20,13 +21,6 @@ WORDS = ("background", *EVENTS, "-")
 
 def _caption(tokens: np.ndarray) -> str:
     return " + ".join(WORDS[int(t)] for t in tokens[1:] if WORDS[int(t)] != "-")
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 def _span(ax, frames: np.ndarray, colour: str, label: str, y: float) -> None:
@@ -57,7 +51,7 @@ class EditSection(ReportSection):
                 ax.set_title(title, fontsize=8)
                 ax.set(xticks=[], yticks=[])
         axes[0, 0].legend(fontsize=6, loc="lower right")
-        return _save(fig, out_dir / "ppae-edits.png")
+        return figure_image(fig, out_dir / "ppae-edits.png")
 
 
 class AttentionSection(ReportSection):
@@ -78,7 +72,7 @@ class AttentionSection(ReportSection):
             ax.axhline(data.config.get("workload", {}).get("threshold", 0.5), color="cyan", lw=1, ls="--")
             ax.set(ylim=(0, 1.05), xlabel="frame", title=f"IoU {arrays['iou'][j]:.2f}")
         axes[0, 0].legend(fontsize=6)
-        return _save(fig, out_dir / "ppae-attention.png")
+        return figure_image(fig, out_dir / "ppae-attention.png")
 
 
 SECTIONS: list[ReportSection] = [EditSection(), AttentionSection()]

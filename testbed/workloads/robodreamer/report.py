@@ -11,18 +11,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image  # noqa: E402
+from testbed.report.sections import ReportSection  # noqa: E402
 from testbed.workloads.robodreamer.world import COLOURS, DIRECTIONS  # noqa: E402
 
 MISSING = "<p>No generated videos were saved (the run has not finished).</p>"
-
-
-def _save(fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, path.stem)
 
 
 def _pixels(frame: np.ndarray) -> np.ndarray:
@@ -61,7 +55,7 @@ class SuccessGridSection(ReportSection):
                title=data.config.get("workload", {}).get("variant", "compositional"))
         note = (f"<p>Mean success: unseen combinations {success[unseen].mean():.3f}, "
                 f"seen combinations {success[~unseen].mean():.3f}.</p>")
-        return _save(fig, out_dir / "robodreamer-success.png") + note
+        return figure_image(fig, out_dir / "robodreamer-success.png") + note
 
 
 class VideosSection(ReportSection):
@@ -84,7 +78,7 @@ class VideosSection(ReportSection):
                     ax.imshow(_pixels(frame), interpolation="nearest")
                     ax.set(xticks=[], yticks=[])
             axes[2 * k, 0].set_ylabel(f"{move_name(c1, d1)}\n{move_name(c2, d2)}", fontsize=7)
-        return _save(fig, out_dir / "robodreamer-videos.png")
+        return figure_image(fig, out_dir / "robodreamer-videos.png")
 
 
 SECTIONS: list[ReportSection] = [SuccessGridSection(), VideosSection()]

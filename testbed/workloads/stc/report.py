@@ -11,17 +11,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.report.plots import figure_image  # noqa: E402
 from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image, table  # noqa: E402
+from testbed.report.sections import ReportSection, table  # noqa: E402
 
 MISSING = "<p>No frames were saved (the run has not finished, or it ran the other task).</p>"
-
-
-def _save(fig, path: Path, alt: str) -> str:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, alt)
 
 
 class FramesSection(ReportSection):
@@ -50,7 +44,7 @@ class FramesSection(ReportSection):
         for t in range(length):
             axes[0, t].set_title(f"t={t}" + (" (in)" if t < frames_in else ""), fontsize=7)
         variant = data.config.get("workload", {}).get("variant", "stc")
-        return f"<p>Neuron: {variant}. Rows alternate truth / prediction.</p>" + _save(
+        return f"<p>Neuron: {variant}. Rows alternate truth / prediction.</p>" + figure_image(
             fig, out_dir / "stc-frames.png", "predicted frames")
 
 
@@ -72,7 +66,7 @@ class HorizonSection(ReportSection):
         last = [r for r in data.metrics if "test_mse" in r]
         rows = [(k.removeprefix("test_"), last[-1][k]) for k in ("test_mse", "test_mae", "test_ssim", "test_psnr")
                 if last and k in last[-1]]
-        return _save(fig, out_dir / "stc-horizon.png", "error by horizon") + table(rows, ("metric", "final"))
+        return figure_image(fig, out_dir / "stc-horizon.png", "error by horizon") + table(rows, ("metric", "final"))
 
 
 class RecallSection(ReportSection):
@@ -96,7 +90,7 @@ class RecallSection(ReportSection):
         last = [r for r in data.metrics if "test_mse" in r]
         rows = [(k.removeprefix("test_"), last[-1][k]) for k in ("test_mse", "test_mse_mean_frame", "test_ssim")
                 if last and k in last[-1]]
-        return _save(fig, out_dir / "stc-recall.png", "delayed recall") + table(rows, ("metric", "final"))
+        return figure_image(fig, out_dir / "stc-recall.png", "delayed recall") + table(rows, ("metric", "final"))
 
 
 SECTIONS: list[ReportSection] = [FramesSection(), HorizonSection(), RecallSection()]
