@@ -137,8 +137,11 @@ def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
         return [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
     if isinstance(strategy, Krum) and new_arrays is not None:  # Krum returns one client's model
         chosen = flatten_state(new_arrays.to_torch_state_dict())
-        weights = [float(torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen)) for r in replies]
-        return weights, [w == 0.0 for w in weights]
+        matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen) for r in replies]
+        # Colluding attackers (LIE, Min-Max) upload identical models: the one pick is shared among
+        # every client that uploaded it, so the weights still sum to 1.
+        weights = [float(m) / max(sum(matches), 1) for m in matches]
+        return weights, [not m for m in matches]
     if type(strategy) is FedAvg:
         examples = [float(r.content["metrics"]["num-examples"]) for r in replies]
         return [e / sum(examples) for e in examples], None

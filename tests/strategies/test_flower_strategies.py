@@ -141,3 +141,19 @@ def test_parameters_are_validated():
         FLTrust(server_update_fn=None)
     with pytest.raises(RuntimeError, match="global_arrays"):
         DnC(num_malicious_nodes=1).aggregate_train(1, _honest_and_outlier())
+
+
+def test_krum_pick_shared_by_identical_colluding_uploads_counts_as_weight_one():
+    # Prepare: two attackers upload the same model (as under LIE), three honest clients agree
+    from flwr.serverapp.strategy import Krum
+
+    from testbed.federated.server import client_weights
+
+    honest = [{"w": torch.full((2, 3), 1.0 + 0.01 * k), "b": torch.ones(2)} for k in range(3)]
+    attacker = {"w": torch.full((2, 3), 1.015), "b": torch.ones(2)}
+    replies = [_reply(s, n) for n, s in enumerate(honest + [attacker, attacker])]
+    # Execute: Krum's output is the attackers' model
+    weights, flagged = client_weights(Krum(), [0, 1, 2, 3, 4], replies, ArrayRecord(attacker))
+    # Assert
+    assert weights == [0.0, 0.0, 0.0, 0.5, 0.5] and sum(weights) == 1.0
+    assert flagged == [True, True, True, False, False]
