@@ -108,20 +108,28 @@ def test_bad_values_are_refused_naming_the_field(field, value):
         scenario(**{field: value})
 
 
-def test_imagined_trajectories_carry_the_sparse_reward_to_visited_states_more_than_single_transitions():
-    # Calibrated at this size on seeds 0-2: pruned trajectories ending at the flag 1.00 / 0.97 / 0.91;
-    # share of imagined transitions with the +100 reward, trajectories 0.037 / 0.108 / 0.081 against
-    # SynthER-style tuples 0.018 / 0.014 / 0.020 (ratio 2.0 - 7.7). Without whole-trajectory
-    # generation from the learner's states (the baseline) the reward stays as rare as in the data.
-    config = dict(offline_episodes=30, hidden=16, pretrain_steps=150)
-    shares, goal_fraction = {}, 0.0
-    for variant in ("atradiff", "synther"):
-        workload = build_workload(scenario(seed=0, variant=variant, **config))
-        workload.generator.pretrain(150, workload.config.diffusion_batch, workload.gen_rng)
-        workload.pretrained = True
-        imagined = workload.imagined_for_evaluation()
-        shares[variant] = float(np.mean(imagined["joined"]["rew"] > 50))
-        if variant == "atradiff":
-            goal_fraction = workload.evaluate()["test_goal_fraction"]
-    assert goal_fraction >= 0.75
-    assert shares["atradiff"] >= 1.5 * shares["synther"]
+def test_imagined_trajectories_from_visited_states_are_pruned_at_the_flag():
+    # Calibrated at this size on seeds 0-2: 0.94 / 0.91 / 0.91 of the pruned trajectories end at the
+    # flag. (An earlier version of this test compared the share of imagined +100 rewards with
+    # SynthER-style tuples; on a linear reward scale that share was mostly the diffuser's noise, so
+    # it was dropped when the reward channel moved to symlog units.)
+    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=16, pretrain_steps=150))
+    workload.generator.pretrain(150, workload.config.diffusion_batch, workload.gen_rng)
+    workload.pretrained = True
+    assert workload.evaluate()["test_goal_fraction"] >= 0.75
+
+
+def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost():
+    # Calibrated on seeds 0-2 (one 24-step diffuser, 400 steps): median first step 0.25 / 0.33 / 0.30
+    # (scaled units; a real step is about 0.035) and mean |r - (-0.1 a^2)| over non-goal steps
+    # 0.55 / 0.64 / 0.59. Without the condition as an input in training (replacement only) the first
+    # step was 0.55 - 0.84; with the reward on a linear scale the step-reward error was 15 - 18.
+    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=32, lengths=[24]))
+    workload.generator.pretrain(400, workload.config.diffusion_batch, workload.gen_rng)
+    workload.pretrained = True
+    imagined = workload.imagined_for_evaluation()
+    first_steps = [np.linalg.norm((p["next"][0] - p["obs"][0]) / mc.SCALE[:2]) for p in imagined["pieces"] if len(p["act"])]
+    joined = imagined["joined"]
+    step = joined["rew"] < 50
+    assert np.median(first_steps) <= 0.45
+    assert np.mean(np.abs(joined["rew"][step] + 0.1 * np.clip(joined["act"][step], -1, 1) ** 2)) <= 2.0

@@ -2,11 +2,15 @@
 initial-state inpainting, the length estimator, the pruner, and the SynthER-style transition diffuser.
 
 Both diffusers are DDPM models (cosine schedule) on a flat vector, parametrised by their clean
-estimate with EDM preconditioning (Karras et al. 2022), sampled with DDIM. A trajectory diffuser
-of horizon L models windows ``[L, CHANNELS]`` and is conditioned on the first state by
-replacement inpainting (the paper's "initial state as the condition"): at every sampling step
-the clean estimate's first state is overwritten by the given one. The transition diffuser
-models single tuples (s, a, r, s', done), as SynthER does.
+estimate with EDM preconditioning (Karras et al. 2022), trained with EDM's loss weight (which
+makes every noise level count alike, so the low-noise levels that fix step-to-step detail are not
+drowned by the high ones) and sampled with DDIM. A trajectory diffuser of horizon L models windows
+``[L, CHANNELS]`` conditioned on the first state (the paper's "initial state as the condition"):
+the known entries enter the network as extra input channels (value and mask), in training as in
+sampling, and overwrite the clean estimate there. Replacement alone is not enough: a network that
+never sees the condition in training ignores it, and its second state jumped several real steps
+away from the given first one. The transition diffuser models single tuples (s, a, r, s', done),
+as SynthER does.
 """
 
 from __future__ import annotations
@@ -42,57 +46,85 @@ class VectorDenoiser(nn.Module):
         self.blocks = nn.ModuleList(nn.Sequential(nn.SiLU(), nn.Linear(hidden, hidden)) for _ in range(blocks))
         self.out = nn.Sequential(nn.SiLU(), nn.Linear(hidden, dim))
 
-    def forward(self, noisy: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def forward(self, noisy: torch.Tensor, t: torch.Tensor, known: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The clean estimate; entries where ``mask`` is set are ``known`` (unconditioned: no mask)."""
         a = self.abar[t][:, None]
         sigma2, sd2 = (1 - a) / a, self.SIGMA_DATA**2
         x = noisy / a.sqrt()
-        freqs = torch.exp(-math.log(1000.0) * torch.arange(8) / 8)
-        angles = (0.25 * torch.log(sigma2)) * freqs[None] * 10
-        h = self.inp(torch.cat([x / (sigma2 + sd2).sqrt(), angles.sin(), angles.cos()], 1))
+        h = self.inp(torch.cat([x / (sigma2 + sd2).sqrt(), noise_embedding(sigma2)], 1))
         for block in self.blocks:
             h = h + block(h)
-        return sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * self.SIGMA_DATA / (sigma2 + sd2).sqrt() * self.out(h)
+        return _clean(x, self.out(h), sigma2, known, mask)
+
+
+def noise_embedding(sigma2: torch.Tensor) -> torch.Tensor:
+    """Sinusoidal features ``[B, 16]`` of the noise level's log-variance ``sigma2 [B, 1]``."""
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(8) / 8)
+    angles = (0.25 * torch.log(sigma2)) * freqs[None] * 10
+    return torch.cat([angles.sin(), angles.cos()], 1)
+
+
+def _clean(x: torch.Tensor, out: torch.Tensor, sigma2: torch.Tensor, known: torch.Tensor | None,
+           mask: torch.Tensor | None) -> torch.Tensor:
+    """EDM's c_skip x + c_out F, with the known entries put back."""
+    sd2 = VectorDenoiser.SIGMA_DATA**2
+    estimate = sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * VectorDenoiser.SIGMA_DATA / (sigma2 + sd2).sqrt() * out
+    return estimate if mask is None else torch.where(mask, known, estimate)
 
 
 class TemporalDenoiser(VectorDenoiser):
     """x^_0 for trajectory windows: 1-D convolutions over time (as Diffuser's temporal U-Net, without
     down-sampling), with the same EDM preconditioning; the windows stay flat ``[B, L * CHANNELS]`` outside.
 
-    Convolutions over time see neighbouring rows, which is what the dynamics relate.
+    Convolutions over time see neighbouring rows, which is what the dynamics relate. The input has
+    three groups of channels: the scaled noisy window, the known values (zero elsewhere) and the
+    mask of known entries.
     """
 
     def __init__(self, length: int, hidden: int, blocks: int, abar: torch.Tensor):
         nn.Module.__init__(self)
         self.length = length
         self.register_buffer("abar", abar.clone(), persistent=False)
-        self.inp = nn.Conv1d(CHANNELS, hidden, 5, padding=2)
+        self.inp = nn.Conv1d(3 * CHANNELS, hidden, 5, padding=2)
         self.film = nn.ModuleList(nn.Linear(16, 2 * hidden) for _ in range(blocks))
         self.convs = nn.ModuleList(nn.Conv1d(hidden, hidden, 5, padding=2) for _ in range(2 * blocks))
         self.out = nn.Conv1d(hidden, CHANNELS, 5, padding=2)
 
-    def forward(self, noisy: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def forward(self, noisy: torch.Tensor, t: torch.Tensor, known: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         a = self.abar[t][:, None]
         sigma2, sd2 = (1 - a) / a, self.SIGMA_DATA**2
         x = noisy / a.sqrt()
-        freqs = torch.exp(-math.log(1000.0) * torch.arange(8) / 8)
-        angles = (0.25 * torch.log(sigma2)) * freqs[None] * 10
-        embedding = torch.cat([angles.sin(), angles.cos()], 1)
-        h = self.inp((x / (sigma2 + sd2).sqrt()).reshape(len(x), self.length, CHANNELS).transpose(1, 2))
+        embedding = noise_embedding(sigma2)
+        given = torch.zeros_like(x) if mask is None else torch.where(mask, known, 0.0)
+        flags = torch.zeros_like(x) if mask is None else mask.to(x.dtype).expand_as(x)
+        groups = torch.stack([x / (sigma2 + sd2).sqrt(), given, flags], 1)  # [B, 3, L * CHANNELS]
+        h = self.inp(groups.reshape(len(x), 3, self.length, CHANNELS).permute(0, 1, 3, 2)
+                     .reshape(len(x), 3 * CHANNELS, self.length))
         for index, film in enumerate(self.film):
             scale, shift = film(embedding)[:, :, None].chunk(2, dim=1)
             z = self.convs[2 * index](nn.functional.silu(h)) * (1 + scale) + shift
             h = h + self.convs[2 * index + 1](nn.functional.silu(z))
         out = self.out(nn.functional.silu(h)).transpose(1, 2).reshape(x.shape)
-        return sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * self.SIGMA_DATA / (sigma2 + sd2).sqrt() * out
+        return _clean(x, out, sigma2, known, mask)
 
 
 def denoising_loss(model: VectorDenoiser, x0: torch.Tensor, generator: torch.Generator,
-                   reduce: bool = True) -> torch.Tensor:
-    """E_t,eps || x^_0(sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps, t) - x_0 ||^2 (per sample if not ``reduce``)."""
+                   reduce: bool = True, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """E_t,eps w(t) || x^_0(sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps, t) - x_0 ||^2 (per sample if not ``reduce``).
+
+    w = (sigma^2 + sigma_data^2) / (sigma sigma_data)^2 is EDM's weight (the error of the network's
+    own output F, which has unit scale at every noise level). Entries where ``mask`` is set are
+    given to the model as known, as they will be when sampling.
+    """
     t = torch.randint(0, len(model.abar), (len(x0),), generator=generator)
     noise = torch.randn(x0.shape, generator=generator)
     a = model.abar[t][:, None]
-    error = (model(a.sqrt() * x0 + (1 - a).sqrt() * noise, t) - x0).pow(2).mean(1)
+    sigma2, sd2 = (1 - a) / a, model.SIGMA_DATA**2
+    weight = (sigma2 + sd2) / (sigma2 * sd2)
+    estimate = model(a.sqrt() * x0 + (1 - a).sqrt() * noise, t, x0 if mask is not None else None, mask)
+    error = (weight * (estimate - x0).pow(2)).mean(1)
     return error.mean() if reduce else error
 
 
@@ -104,9 +136,7 @@ def ddim_sample(model: VectorDenoiser, count: int, dim: int, steps: int, generat
     times = torch.linspace(len(model.abar) - 1, 0, steps).round().long()
     for index, step in enumerate(times):
         a = model.abar[step]
-        x0 = model(x, step.repeat(count)).clamp(-1.5, 1.5)
-        if known is not None:
-            x0 = torch.where(known_mask, known, x0)
+        x0 = model(x, step.repeat(count), known, known_mask).clamp(-1.5, 1.5)
         eps = (x - a.sqrt() * x0) / (1 - a).sqrt()
         a_next = model.abar[times[index + 1]] if index + 1 < len(times) else torch.tensor(1.0)
         x = a_next.sqrt() * x0 + (1 - a_next).sqrt() * eps
@@ -121,10 +151,15 @@ def sample_trajectories(model: VectorDenoiser, length: int, starts: np.ndarray, 
     first = np.zeros((count, CHANNELS), dtype=np.float32)
     first[:, :2] = starts
     known[:, 0, :2] = torch.from_numpy(normalise(first)[:, :2])
-    mask = torch.zeros(count, length, CHANNELS, dtype=torch.bool)
-    mask[:, 0, :2] = True
-    flat = ddim_sample(model, count, length * CHANNELS, steps, generator, known.flatten(1), mask.flatten(1))
+    flat = ddim_sample(model, count, length * CHANNELS, steps, generator, known.flatten(1), first_state_mask(length))
     return denormalise(flat.reshape(count, length, CHANNELS).numpy())
+
+
+def first_state_mask(length: int) -> torch.Tensor:
+    """The entries of a flat window ``[length * CHANNELS]`` that hold its first state."""
+    mask = torch.zeros(length, CHANNELS, dtype=torch.bool)
+    mask[0, :2] = True
+    return mask.flatten()
 
 
 def prune(window: np.ndarray) -> dict[str, np.ndarray]:

@@ -17,9 +17,11 @@ ENV_ID = "MountainCarContinuous-v0"
 MAX_STEPS = 999
 GOAL = 0.45
 CHANNELS = 5  # pos, vel, action, reward, done
-# Fixed affine scales to bring every channel near [-1, 1] for the diffusion models.
+REWARD = 3  # the reward channel, modelled in symlog units (see ``normalise``)
+# Fixed affine scales to bring every channel near [-1, 1] for the diffusion models; the reward's
+# scale is symlog(100), so the goal reward maps to 1.
 CENTER = np.array([-0.3, 0.0, 0.0, 0.0, 0.5], dtype=np.float32)
-SCALE = np.array([0.9, 0.07, 1.0, 100.0, 0.5], dtype=np.float32)
+SCALE = np.array([0.9, 0.07, 1.0, np.log1p(100.0), 0.5], dtype=np.float32)
 
 
 def make_env(power: float) -> gym.Env:
@@ -115,8 +117,18 @@ def steps_to_goal(rows: np.ndarray, terminal: bool) -> np.ndarray:
 
 
 def normalise(rows: np.ndarray) -> np.ndarray:
+    """Raw rows to the diffusers' units; the reward goes through symlog first.
+
+    symlog (sign(r) log(1 + |r|), as DreamerV3 uses for rewards) because the reward is -0.1 a^2
+    on every step and +100 once: on a linear scale the step costs are 1e-3 of the channel, so a
+    diffuser's residual noise of a few hundredths would read as rewards of several units.
+    """
+    rows = rows.copy()
+    rows[..., REWARD] = np.sign(rows[..., REWARD]) * np.log1p(np.abs(rows[..., REWARD]))
     return (rows - CENTER) / SCALE
 
 
 def denormalise(rows: np.ndarray) -> np.ndarray:
-    return rows * SCALE + CENTER
+    rows = rows * SCALE + CENTER
+    rows[..., REWARD] = np.sign(rows[..., REWARD]) * np.expm1(np.abs(rows[..., REWARD]))
+    return rows

@@ -21,11 +21,11 @@ from testbed.workloads.atradiff.buffer import Buffer
 
 
 def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: torch.Tensor, steps: int,
-           batch: int, generator: torch.Generator) -> float:
+           batch: int, generator: torch.Generator, mask: torch.Tensor | None = None) -> float:
     total = 0.0
     for _ in range(steps):
         index = torch.randint(0, len(data), (batch,), generator=generator)
-        loss = diffusion.denoising_loss(model, data[index], generator)
+        loss = diffusion.denoising_loss(model, data[index], generator, mask=mask)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -33,13 +33,14 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: torch
     return total / max(steps, 1)
 
 
-def _important(model: diffusion.VectorDenoiser, candidates: torch.Tensor, keep: float, seed: int) -> torch.Tensor:
+def _important(model: diffusion.VectorDenoiser, candidates: torch.Tensor, keep: float, seed: int,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
     """The share ``keep`` of candidates with the highest denoising loss (fixed noise draws)."""
     if len(candidates) == 0:
         return candidates
     with torch.no_grad():
-        losses = sum(diffusion.denoising_loss(model, candidates, torch.Generator().manual_seed(seed + k), reduce=False)
-                     for k in range(4))
+        losses = sum(diffusion.denoising_loss(model, candidates, torch.Generator().manual_seed(seed + k), reduce=False,
+                                              mask=mask) for k in range(4))
     count = max(1, int(round(keep * len(candidates))))
     return candidates[losses.argsort(descending=True)[:count]]
 
@@ -64,7 +65,8 @@ class TrajectoryGenerator:
     def pretrain(self, steps: int, batch: int, generator: torch.Generator) -> None:
         """Fit each diffuser to the offline windows of its horizon, and the estimator to steps-to-goal."""
         for L in self.lengths:
-            _train(self.models[L], self.optimizers[L], self.offline[L], steps, batch, generator)
+            _train(self.models[L], self.optimizers[L], self.offline[L], steps, batch, generator,
+                   diffusion.first_state_mask(L))
         states, targets = self.offline_states, self.offline_log_steps
         for _ in range(steps):
             index = torch.randint(0, len(states), (batch,), generator=generator)
@@ -95,9 +97,10 @@ class TrajectoryGenerator:
             if not online:
                 continue
             candidates = torch.from_numpy(mc.normalise(np.concatenate(online)).reshape(-1, L * mc.CHANNELS))
-            kept = _important(self.models[L], candidates, keep, seed)
+            mask = diffusion.first_state_mask(L)
+            kept = _important(self.models[L], candidates, keep, seed, mask)
             anchor = self.offline[L][torch.randint(0, len(self.offline[L]), (len(kept),), generator=generator)]
-            _train(self.models[L], self.optimizers[L], torch.cat([kept, anchor]), steps, batch, generator)
+            _train(self.models[L], self.optimizers[L], torch.cat([kept, anchor]), steps, batch, generator, mask)
 
     def state_dict(self) -> dict[str, Any]:
         return {"models": {str(L): m.state_dict() for L, m in self.models.items()},
