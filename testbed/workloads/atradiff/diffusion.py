@@ -8,7 +8,7 @@ drowned by the high ones) and sampled with DDIM. A trajectory diffuser of horizo
 ``[L, CHANNELS]`` conditioned on the first state (the paper's "initial state as the condition"):
 the known entries enter the network as extra input channels (value and mask), in training as in
 sampling, and overwrite the clean estimate there. Replacement alone is not enough: a network that
-never sees the condition in training ignores it, and its second state jumped several real steps
+never sees the condition in training ignores it: its second state lay some twenty real steps
 away from the given first one. The transition diffuser models single tuples (s, a, r, s', done),
 as SynthER does.
 """
