@@ -172,7 +172,10 @@ def fltrust(
         zeros = torch.zeros(updates.shape[0], dtype=updates.dtype)
         return Aggregate(torch.zeros_like(g0), zeros, torch.ones_like(zeros, dtype=torch.bool))
     share = trust / trust.sum()
-    rescaled = updates * (g0_norm / safe).unsqueeze(1)
+    # A zero update (a client that uploads the global model back) has nothing to rescale; dividing
+    # by its clamped norm would overflow to inf and 0 * inf would make the whole aggregate NaN.
+    scale = torch.where(norms > 0, g0_norm / safe, torch.zeros_like(norms))
+    rescaled = updates * scale.unsqueeze(1)
     return Aggregate(share @ rescaled, share, trust <= 0)
 
 

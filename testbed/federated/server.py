@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Krum, Strategy
 
-from strategies import ATTACKS, poison_updates, random_model_vector
+from strategies import ATTACKS, poison_updates
 from strategies.base import RobustFedAvg
 from strategies.vectors import flatten_state, unflatten_state
 from testbed.determinism import single_threaded
@@ -106,7 +106,9 @@ class RoundLoop:
         generator = self.setup.seeds.torch(f"attack.round.{server_round}")
         params = dict(attack.params)
         if attack.name in FULL_MODEL_ATTACKS:
-            params["init"] = random_model_vector(self.setup.build_model, self.setup.seeds.integer("attack.random_model"))
+            # The untrained network is the round-0 global model, sent every round (SDEA's code sends a
+            # copy of its initial network). In round 1 that is a zero update.
+            params["init"] = flatten_state(self.setup.build_model().state_dict())
             poisoned = poison_updates(attack.name, states, mask, generator, **params)
         else:
             poisoned = poison_updates(attack.name, states - global_vector, mask, generator, **params) + global_vector

@@ -99,6 +99,16 @@ def test_fltrust_all_untrusted_gives_zero_update():
     assert result.flagged.all()
 
 
+def test_fltrust_zero_update_is_untrusted_and_leaves_the_aggregate_finite():
+    # A client that uploads the global model back sends a zero update (SDEA's random-noise
+    # attacker does in round 1); the other clients' rescaled mean must come out untouched.
+    server = torch.tensor([3.0, 4.0])
+    updates = torch.tensor([[0.3, 0.4], [0.0, 0.0], [6.0, 8.0]])
+    result = fltrust(updates, server_update=server)
+    assert result.flagged.tolist() == [False, True, False]
+    assert torch.allclose(result.update, server, atol=1e-5)
+
+
 def test_registry_dispatch_and_unknown_name():
     updates = _cluster_with_outlier()
     assert set(AGGREGATORS) == {"mean", "dnc", "rfa", "fltrust"}
