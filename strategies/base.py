@@ -82,8 +82,11 @@ class RobustFedAvg(FedAvg):
 
     Extra arguments: ``order_key`` (MetricRecord key of the client's stable id,
     default ``"partition-id"``) and ``attack`` (optional :class:`ServerSideAttack`).
-    All other keyword arguments go to Flower's ``FedAvg``.
+    All other keyword arguments go to Flower's ``FedAvg``. ``flags_clients`` says whether the rule
+    flags clients as Byzantine (detection precision and recall mean something) or only weighs them.
     """
+
+    flags_clients = True
 
     def __init__(
         self, *, order_key: str = "partition-id", attack: ServerSideAttack | None = None, **fedavg: Any

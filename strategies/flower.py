@@ -68,8 +68,10 @@ class RFA(RobustFedAvg):
     """Robust Federated Aggregation (Pillutla et al.): weighted geometric median of updates.
 
     Client weights are the ``num-examples`` metric (the paper's ``alpha_i``)
-    unless ``weighted=False``.
+    unless ``weighted=False``. It down-weights outliers but flags nobody.
     """
+
+    flags_clients = False
 
     def __init__(
         self,

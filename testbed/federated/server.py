@@ -136,7 +136,8 @@ def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
     if isinstance(strategy, RobustFedAvg) and strategy.history:
         last = strategy.history[-1]
         by_id = dict(zip(last["client_ids"], zip(last["weights"], last["flagged"])))
-        return [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
+        flagged = [by_id[i][1] for i in ids] if strategy.flags_clients else None
+        return [by_id[i][0] for i in ids], flagged
     if isinstance(strategy, Krum) and new_arrays is not None:  # Krum returns one client's model
         chosen = flatten_state(new_arrays.to_torch_state_dict())
         matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen) for r in replies]

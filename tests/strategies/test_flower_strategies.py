@@ -157,3 +157,17 @@ def test_krum_pick_shared_by_identical_colluding_uploads_counts_as_weight_one():
     # Assert
     assert weights == [0.0, 0.0, 0.0, 0.5, 0.5] and sum(weights) == 1.0
     assert flagged == [True, True, True, False, False]
+
+
+def test_detection_is_reported_only_for_rules_that_flag_clients():
+    from testbed.federated.server import client_weights
+
+    replies = _honest_and_outlier()
+    ids = [3, 0, 4, 1, 2]
+    for rule, flags in ((RFA(), False), (DnC(num_malicious_nodes=1), True)):
+        strategy = _start(rule)
+        arrays, _ = strategy.aggregate_train(1, replies)
+        weights, flagged = client_weights(strategy, ids, replies, arrays)
+        assert len(weights) == 5
+        assert (flagged is not None) == flags
+    assert flagged[ids.index(4)] and sum(flagged) == 1  # DnC flags the outlier alone
