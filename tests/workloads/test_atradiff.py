@@ -133,3 +133,28 @@ def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost(
     step = joined["rew"] < 50
     assert np.median(first_steps) <= 0.45
     assert np.mean(np.abs(joined["rew"][step] + 0.1 * np.clip(joined["act"][step], -1, 1) ** 2)) <= 2.0
+
+
+def test_online_loop_stores_real_transitions_and_closes_an_episode_at_the_step_limit():
+    from testbed.seeding import SeedTree
+    from testbed.workloads.atradiff.learner import OnlineLoop
+    from testbed.workloads.atradiff.workload import AtraDiffConfig
+
+    loop = OnlineLoop(AtraDiffConfig(warmup_steps=mc.MAX_STEPS + 10, sac_hidden=8), SeedTree(0))
+    for _ in range(mc.MAX_STEPS + 3):  # random warm-up actions never reach the flag this fast
+        loop.env_step()
+    data = {k: v[: loop.real.size].numpy() for k, v in loop.real.data.items()}
+    assert loop.real.size == mc.MAX_STEPS + 3
+    assert mc.consistency_error(data["obs"], data["act"], data["next"], loop.config.power) < 1e-5
+    assert loop.episodes == 1 and loop.episode_ends == [mc.MAX_STEPS]
+    assert loop.real.episodes == [(0, mc.MAX_STEPS, False)] and loop.episode_steps == 3
+
+
+def test_adaptation_keeps_the_windows_the_diffuser_denoises_worst():
+    from testbed.workloads.atradiff.generators import _important
+
+    model = diffusion.TemporalDenoiser(8, 16, 1, diffusion.alpha_bars(20))
+    typical = torch.zeros(6, 8 * mc.CHANNELS)
+    unusual = torch.full((2, 8 * mc.CHANNELS), 1.4)  # far from what an untrained x^_0 predicts
+    kept = _important(model, torch.cat([typical, unusual]), keep=0.25, seed=0)
+    assert kept.shape == (2, 8 * mc.CHANNELS) and torch.all(kept == 1.4)
