@@ -24,6 +24,36 @@ if TYPE_CHECKING:
 WORKLOADS: dict[str, type["Workload"]] = {}
 
 
+def snapshot(value: Any) -> Any:
+    """A checkpointable copy of one piece of workload state."""
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, np.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return value.state_dict() if hasattr(value, "state_dict") else value
+
+
+def restored(current: Any, saved: Any) -> Any:
+    """``current`` with ``saved`` put back: stateful objects in place (a trained tensor keeps its
+    identity, so the optimizer still holds it), other values replaced."""
+    if isinstance(current, torch.Generator):
+        current.set_state(saved)
+    elif isinstance(current, np.random.Generator):
+        current.bit_generator.state = saved
+    elif isinstance(current, torch.Tensor) and current.requires_grad:
+        with torch.no_grad():
+            current.copy_(saved)
+    elif isinstance(current, torch.Tensor):
+        return saved.clone()
+    elif hasattr(current, "load_state_dict"):
+        current.load_state_dict(saved)
+    else:
+        return saved
+    return current
+
+
 def register(cls: type["Workload"]) -> type["Workload"]:
     """Class decorator adding a workload to `WORKLOADS` under its ``name``."""
     if cls.name in WORKLOADS:
@@ -42,6 +72,10 @@ class Workload(ABC):
     headline_metric: ClassVar[tuple[str, str]] = ("loss", "min")
     # Report sections of this workload; they read the run folder's artifacts.npz (see `artifacts`).
     report_sections: ClassVar[list["ReportSection"]] = []
+    # Attributes a checkpoint holds (modules, optimizers, data streams, RNGs, tensors, plain values),
+    # saved and restored by the default `state_dict` / `load_state_dict`; a workload whose state does
+    # not fit this overrides both.
+    checkpointed: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: StrictModel, data: DataConfig, seeds: SeedTree):
         self.config = config
@@ -61,13 +95,19 @@ class Workload(ABC):
     def evaluate(self) -> dict[str, float]:
         """Evaluate on held-out data with the workload's own metrics."""
 
-    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue training bit-for-bit."""
+        """Everything needed to continue training bit-for-bit: by default the ``checkpointed`` attributes."""
+        if not self.checkpointed:
+            raise NotImplementedError(f"{type(self).__name__}: name its state in `checkpointed` or override state_dict")
+        return {name: snapshot(getattr(self, name)) for name in self.checkpointed}
 
-    @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state returned by `state_dict`."""
+        if not self.checkpointed:
+            raise NotImplementedError(f"{type(self).__name__}: name its state in `checkpointed` or override "
+                                      "load_state_dict")
+        for name in self.checkpointed:
+            setattr(self, name, restored(getattr(self, name), state[name]))
 
     def artifacts(self) -> dict[str, np.ndarray]:
         """Arrays the report plots (samples, trajectories, fields), saved once at the end of a run."""

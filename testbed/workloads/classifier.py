@@ -164,6 +164,7 @@ class Classifier(FederatedWorkload):
 
     name = "classifier"
     Config = ClassifierConfig
+    checkpointed = ("model", "optimizer", "stream", "steps_done")
     summary = "small CNN/MLP classifier on a bundled scikit-learn dataset (digits, wine, ...)"
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
@@ -213,14 +214,3 @@ class Classifier(FederatedWorkload):
 
     def artifacts(self) -> dict[str, np.ndarray]:
         return {"confusion": confusion_matrix(self.model, self.test_set)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream.state_dict(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        self.steps_done = state["steps_done"]
-

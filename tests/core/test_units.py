@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -109,3 +111,25 @@ def test_switching_a_block_type_by_override_starts_that_block_afresh():
     apply_override(raw, "engine.address=auto")
     apply_override(raw, "engine.type=ray")  # the same type: the block is kept
     assert raw["engine"] == {"type": "ray", "address": "auto"}
+
+
+def test_checkpointed_attributes_round_trip_in_place():
+    from testbed.workloads.base import restored, snapshot
+
+    generator, rng = torch.Generator().manual_seed(1), np.random.default_rng(2)
+    trained = torch.zeros(3, requires_grad=True)  # an optimizer holds this very tensor
+    module, buffer = torch.nn.Linear(2, 2), torch.arange(3.0)
+    saved = copy.deepcopy({"g": snapshot(generator), "r": snapshot(rng), "t": snapshot(trained),  # as torch.save would
+                           "m": snapshot(module), "b": snapshot(buffer), "n": snapshot(7), "none": snapshot(None)})
+    expected = (torch.rand(2, generator=generator), rng.random(), module.weight.detach().clone())
+    with torch.no_grad():
+        trained.add_(1.0)
+        module.weight.add_(1.0)
+    buffer += 5
+
+    assert restored(generator, saved["g"]) is generator and torch.equal(torch.rand(2, generator=generator), expected[0])
+    assert restored(rng, saved["r"]) is rng and rng.random() == expected[1]
+    assert restored(trained, saved["t"]) is trained and torch.equal(trained.detach(), torch.zeros(3))
+    assert restored(module, saved["m"]) is module and torch.equal(module.weight.detach(), expected[2])
+    assert torch.equal(restored(buffer, saved["b"]), torch.arange(3.0))
+    assert restored(0, saved["n"]) == 7 and restored(None, saved["none"]) is None

@@ -12,7 +12,7 @@ The data come from ``source`` (see `testbed.workloads.aco.data`): the synthetic 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -74,6 +74,7 @@ class ACOWorkload(Workload):
 
     name = "aco"
     Config = ACOConfig
+    checkpointed = ("model", "optimizer", "stream", "mask_generator", "steps_done")
     summary = "ACO: non-greedy active feature acquisition from nearest neighbours; aco|greedy|random"
     headline_metric = ("test_accuracy", "max")
     report_sections = [AccuracyCostSection(), FeatureFrequencySection()]
@@ -146,15 +147,3 @@ class ACOWorkload(Workload):
             "curve_features": np.array([[c[n].mean_features for c in curves] for n in names]),
             "acquired_frequency": np.stack([final[n].masks.mean(axis=0) for n in names]),
         }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream.state_dict(), "masks": self.mask_generator.get_state(),
-                "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        self.mask_generator.set_state(state["masks"])
-        self.steps_done = state["steps_done"]

@@ -15,7 +15,7 @@ federated label flipping belongs to the federated runner's attacks).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -181,6 +181,7 @@ class BiSAMWorkload(FederatedWorkload):
 
     name = "bisam"
     Config = BiSAMConfig
+    checkpointed = ("model", "optimizer", "stream", "steps_done")
     summary = "BiSAM: SAM whose perturbation ascends a lower bound of the 0-1 loss; sgd|sam|bisam, label noise"
     headline_metric = ("test_accuracy", "max")
     report_sections = [PerturbationProfileSection(), ConfusionSection()]
@@ -242,13 +243,3 @@ class BiSAMWorkload(FederatedWorkload):
         radii = np.asarray(PROFILE_RADII) * config.rho
         profile = perturbation_profile(self.model, surrogate, x, y, radii)
         return {"confusion": confusion_matrix(self.model, self.test_set), "profile_radius": radii, **profile}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream.state_dict(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        self.steps_done = state["steps_done"]

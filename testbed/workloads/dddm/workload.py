@@ -12,7 +12,7 @@ Example: ``testbed run scenarios/workloads/dddm.yaml --no-sweep --set workload.v
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ class Dddm(Workload):
 
     name = "dddm"
     Config = DddmConfig
+    checkpointed = ("model", "optimizer", "train_rng", "estimates", "steps_done")
     summary = "directly denoising diffusion (per-sample estimate buffer, iterative sampler) vs DDIM at equal NFE"
     headline_metric = ("test_distance_1", "min")
     report_sections = SECTIONS
@@ -152,15 +153,3 @@ class Dddm(Workload):
         if self.config.variant == "dddm":
             arrays["estimates"] = self.estimates[:shown].numpy()
         return arrays
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "train_rng": self.train_rng.get_state(), "estimates": self.estimates.clone(),
-                "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.train_rng.set_state(state["train_rng"])
-        self.estimates = state["estimates"].clone()
-        self.steps_done = state["steps_done"]

@@ -12,7 +12,7 @@ Example: ``testbed run scenarios/workloads/dfm.yaml --no-sweep --set workload.va
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -65,6 +65,7 @@ class DiscreteFlow(Workload):
 
     name = "dfm"
     Config = DfmConfig
+    checkpointed = ("model", "optimizer", "train_rng", "steps_done")
     summary = "discrete flow models (CTMC, eta-invariant sampler) vs D3PM; Multiflow-style co-design of 2-D chains"
     headline_metric = ("test_validity", "max")
     report_sections = SECTIONS
@@ -154,13 +155,3 @@ class DiscreteFlow(Workload):
         if self.config.task == "sequence":
             return sequence_artifacts(self.model, self.config, self.valid, self.eval_x, generator)
         return codesign_artifacts(self.model, self.config, self.scale, self.eval_seq, self.eval_coords, generator)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "train_rng": self.train_rng.get_state(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.train_rng.set_state(state["train_rng"])
-        self.steps_done = state["steps_done"]

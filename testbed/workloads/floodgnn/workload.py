@@ -18,7 +18,7 @@ The headline ``test_rmse`` is the held-out RMSE at the longest horizon.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -72,6 +72,7 @@ class FloodGNNWorkload(Workload):
 
     name = "floodgnn"
     Config = FloodGNNConfig
+    checkpointed = ("model", "optimizer", "steps_done")
     summary = "ComGNN pluvial-flood emulator on real DEM regions with simulated storms; comgnn|mpnn|rainincr"
     headline_metric = ("test_rmse", "min")
     report_sections = [ErrorGrowthSection(), DepthMapSection()]
@@ -156,14 +157,3 @@ class FloodGNNWorkload(Workload):
                 "predicted_map": own[-1, first].reshape(side, side).numpy(),
                 "rainincr_map": reference[-1, first].reshape(side, side).numpy(),
                 "edges": self.data.edges[region].numpy()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(),
-                "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
-                "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        self.steps_done = state["steps_done"]

@@ -13,7 +13,7 @@ Example: ``testbed run scenarios/workloads/gpgvae.yaml --no-sweep --set workload
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -65,6 +65,7 @@ class Gpgvae(Workload):
 
     name = "gpgvae"
     Config = GpgvaeConfig
+    checkpointed = ("encoder", "slope", "log_scale", "optimizer", "baseline", "train_rng", "steps_done")
     summary = "gated-prior graph VAE recovering network-game graphs vs ungated and random priors"
     headline_metric = ("test_auc_substitute", "max")
     report_sections = SECTIONS
@@ -175,19 +176,3 @@ class Gpgvae(Workload):
         return {"probabilities": self.edge_probabilities(), "prior": self.prior.numpy(),
                 "adjacency": self.games.adjacency, "corr": self.corr.astype(np.float32), "beta": self.games.beta,
                 "slope": self.slope.detach().numpy()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"encoder": self.encoder.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "slope": self.slope.detach().clone(), "log_scale": self.log_scale.detach().clone(),
-                "baseline": self.baseline.clone(), "train_rng": self.train_rng.get_state(),
-                "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.encoder.load_state_dict(state["encoder"])
-        with torch.no_grad():
-            self.slope.copy_(state["slope"])
-            self.log_scale.copy_(state["log_scale"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.baseline = state["baseline"].clone()
-        self.train_rng.set_state(state["train_rng"])
-        self.steps_done = state["steps_done"]

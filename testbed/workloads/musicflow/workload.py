@@ -11,7 +11,7 @@ Example: ``testbed run scenarios/workloads/musicflow.yaml --set workload.variant
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ class MusicFlow(Workload):
 
     name = "musicflow"
     Config = MusicflowConfig
+    checkpointed = ("stages", "optimizer", "train_rng", "steps_done")
     summary = "cascaded masked flow matching for text-to-music (vs no masking, vs a single stage)"
     headline_metric = ("test_infill_mse", "min")
     report_sections = SECTIONS
@@ -193,13 +194,3 @@ class MusicFlow(Workload):
             arrays["follow_target"] = subset.semantic.argmax(-1).numpy()
             arrays["follow_generated"] = data.chroma_of(followed, self.norm).argmax(-1).numpy()
         return arrays
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.stages.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "train_rng": self.train_rng.get_state(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.stages.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.train_rng.set_state(state["train_rng"])
-        self.steps_done = state["steps_done"]

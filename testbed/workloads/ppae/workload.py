@@ -12,7 +12,7 @@ Example: ``testbed run scenarios/workloads/ppae.yaml --set workload.variant=sded
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -57,6 +57,7 @@ class Ppae(Workload):
 
     name = "ppae"
     Config = PpaeConfig
+    checkpointed = ("model", "optimizer", "train_rng", "steps_done")
     summary = "precise audio editing via cross-attention control (vs regenerate, vs SDEdit)"
     headline_metric = ("test_lsd_outside", "min")
     report_sections = SECTIONS
@@ -182,13 +183,3 @@ class Ppae(Workload):
                 "truth": self.edits["truth"][shown].numpy(), "source_caption": self.test_set.captions[shown].numpy(),
                 "target_caption": self.edits["target"][shown].numpy(),
                 "iou": metrics.iou(mask, self.edits["truth"]).numpy()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "train_rng": self.train_rng.get_state(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.train_rng.set_state(state["train_rng"])
-        self.steps_done = state["steps_done"]

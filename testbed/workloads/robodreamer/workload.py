@@ -57,6 +57,7 @@ class RoboDreamer(Workload):
 
     name = "robodreamer"
     Config = RoboDreamerConfig
+    checkpointed = ("model", "optimizer", "data_rng", "train_rng", "steps_done")
     summary = "compositional video diffusion over parsed instruction components vs whole-sentence conditioning"
     headline_metric = ("test_success_unseen", "max")
     report_sections = SECTIONS
@@ -170,15 +171,3 @@ class RoboDreamer(Workload):
                 "example_generated": generated[shown].numpy(),
                 "example_truth": self.eval_set["video"][shown, 1:].numpy(),
                 "example_moves": np.array([[*m, *n] for m, n in self.eval_combos[:4]])}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "data_rng": self.data_rng.bit_generator.state, "train_rng": self.train_rng.get_state(),
-                "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.data_rng.bit_generator.state = state["data_rng"]
-        self.train_rng.set_state(state["train_rng"])
-        self.steps_done = state["steps_done"]

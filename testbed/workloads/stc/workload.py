@@ -12,7 +12,7 @@ Example: ``testbed run scenarios/workloads/stc.yaml --no-sweep --set workload.va
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -71,6 +71,7 @@ class Stc(FederatedWorkload):
 
     name = "stc"
     Config = StcConfig
+    checkpointed = ("model", "optimizer", "stream", "steps_done")
     summary = "spiking next-frame prediction of moving digits: STC-LIF autaptic gates vs LIF / PLIF"
     headline_metric = ("test_mse", "min")
     report_sections = SECTIONS
@@ -178,13 +179,3 @@ class Stc(FederatedWorkload):
         horizon_mse = ((predicted.clamp(0, 1) - self.test_x[:, self.config.frames_in :]) ** 2).mean((0, 2, 3))
         return {"targets": frames.numpy(), "predictions": predicted[:SHOWN].numpy(),
                 "frames_in": np.array(self.config.frames_in), "horizon_mse": horizon_mse.numpy()}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream.state_dict(), "steps_done": self.steps_done}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        self.steps_done = state["steps_done"]

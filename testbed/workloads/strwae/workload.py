@@ -9,7 +9,7 @@ representation (``nuisance_accuracy_lr``, lower is better, chance 0.25).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -58,6 +58,7 @@ class StrWAEWorkload(Workload):
 
     name = "strwae"
     Config = StrWAEConfig
+    checkpointed = ("model", "optimizer", "stream", "noise")
     summary = "StrWAE: structured Wasserstein autoencoder; invariance to lighting with 100 labels; strwae|wae|vae_hsic"
     headline_metric = ("nuisance_accuracy_lr", "min")
     report_sections = [RepresentationSection(), GenerationSection()]
@@ -204,13 +205,3 @@ class StrWAEWorkload(Workload):
                 "relit": torch.stack(columns, dim=1).view(len(test_x), len(columns), 8, 8).numpy(),
                 "embedding": projection, "embedding_s": self.test_set.s[:EMBEDDING_POINTS],
                 "embedding_y": self.test_set.y[:EMBEDDING_POINTS]}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "stream": self.stream.state_dict(), "noise": self.noise.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.stream.load_state_dict(state["stream"])
-        self.noise.set_state(state["noise"])
