@@ -1,13 +1,14 @@
 # Two commands from a fresh clone: `make demo` (set up, run the flagship scenario) and `make test`.
-# Both create or reuse .venv. TORCH_SPEC pins the CPU wheel so set-up never pulls a CUDA build;
-# on a GPU machine use e.g. `make demo TORCH_SPEC=torch`.
+# Both create or reuse .venv; `make test` runs ruff and mypy (configured in pyproject.toml) first.
+# TORCH_SPEC pins the CPU wheel so set-up never pulls a CUDA build; on a GPU machine use e.g.
+# `make demo TORCH_SPEC=torch`.
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.testbed-installed
 
-.PHONY: install demo test clean
+.PHONY: install demo lint test clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +21,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/testbed run scenarios/federated/sdea-quick.yaml
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 clean:

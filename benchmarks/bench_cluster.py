@@ -36,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from cluster import local  # noqa: E402
+from testbed.cluster import local  # noqa: E402
 
 
 def sweep_scenario(variants: int, steps: int) -> dict:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -34,7 +33,7 @@ DELTA, SIGMA = 1e-5, 1.0
 
 def pairwise_matrix(n: int) -> dict:
     """Time the pairwise matrix at size n in this process; report peak RSS."""
-    from topologies import build_graph, linear_rdp_to_dp, max_valid_order, metropolis_hastings, random_walk_pndp, walk_length
+    from testbed.topologies import build_graph, linear_rdp_to_dp, max_valid_order, metropolis_hastings, random_walk_pndp, walk_length
 
     graph = build_graph("erdos_renyi", n=n, seed=0)
     walk = metropolis_hastings(graph, sparse=True)
@@ -53,7 +52,7 @@ def naive_versus_vectorised(n: int = 256) -> dict:
     """The same epsilon matrix entry by entry in Python loops, and vectorised."""
     import scipy.linalg as sla
 
-    from topologies import (build_graph, harmonic_number, linear_rdp_to_dp, max_valid_order,
+    from testbed.topologies import (build_graph, harmonic_number, linear_rdp_to_dp, max_valid_order,
                             metropolis_hastings, random_walk_pndp, rdp_to_dp, walk_length)
 
     walk = metropolis_hastings(build_graph("erdos_renyi", n=n, seed=0))
@@ -93,15 +92,16 @@ WALK_SCENARIO = {
 
 def walk_throughput(steps: int = 600) -> dict:
     """Random-walk steps per second on the three node backends."""
-    import ray
     import torch
 
     from testbed.decentralized.backends import local_chunk, prepared
-    from testbed.decentralized.mpi_nodes import mpi_chunk
+    from testbed.decentralized.hosted_nodes import HostedNodes
     from testbed.decentralized.phase import PhaseArgs
-    from testbed.decentralized.ray_nodes import RayNodes
+    from testbed.decentralized.spmd_nodes import spmd_chunk
     from testbed.decentralized.steps import initial_state
+    from testbed.engines.config import LocalEngineConfig, MpiEngineConfig
     from testbed.engines.mpi_engine import MpiEngine
+    from testbed.engines.ray_engine import LocalRayEngine
     from testbed.scenario import Scenario
 
     data = Scenario.model_validate(WALK_SCENARIO).model_dump(mode="json")
@@ -115,21 +115,16 @@ def walk_throughput(steps: int = 600) -> dict:
     state, _ = local_chunk(data, args, fresh(), 0, steps)
     results["local"], tokens["local"] = steps / (time.perf_counter() - start), state["token"]
 
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # as the testbed's Ray engines
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with RayNodes(data, problem.n) as hosts:
-            hosts.run_chunk(args, fresh(), 0, 10)
-            start = time.perf_counter()
-            state, _ = hosts.run_chunk(args, fresh(), 0, steps)
-            results["ray"], tokens["ray"] = steps / (time.perf_counter() - start), state["token"]
-    finally:
-        ray.shutdown()
-
-    with MpiEngine(2) as pool:
-        pool.call(mpi_chunk, data, args, fresh(), 0, 10)
+    with LocalRayEngine(LocalEngineConfig(num_cpus=2), quiet=True) as engine, HostedNodes(engine, data, problem.n) as hosts:
+        hosts.run_chunk(args, fresh(), 0, 10)
         start = time.perf_counter()
-        state, _ = pool.call(mpi_chunk, data, args, fresh(), 0, steps)
+        state, _ = hosts.run_chunk(args, fresh(), 0, steps)
+        results["ray"], tokens["ray"] = steps / (time.perf_counter() - start), state["token"]
+
+    with MpiEngine(MpiEngineConfig(type="mpi", num_procs=2)) as pool:
+        pool.spmd(spmd_chunk, data, args, fresh(), 0, 10)
+        start = time.perf_counter()
+        state, _ = pool.spmd(spmd_chunk, data, args, fresh(), 0, steps)
         results["mpi"], tokens["mpi"] = steps / (time.perf_counter() - start), state["token"]
     gaps = {k: float((tokens[k] - tokens["local"]).abs().max()) for k in ("ray", "mpi")}
     return {"steps_per_s": results, "max_token_difference_vs_local": gaps, "torch_threads": torch.get_num_threads()}

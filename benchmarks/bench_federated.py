@@ -41,7 +41,8 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.simulation import run_simulation
 from testbed.loading import validate_raw
 from testbed.federated.setup import federation_setup
-from testbed.workloads.classifier import ClassifierConfig, build_classifier, evaluate_model, make_optimizer, train_epochs
+from testbed.workloads.classifier.config import ClassifierConfig
+from testbed.workloads.classifier.model import build_classifier, evaluate_model, make_optimizer, train_epochs
 
 scenario = validate_raw(json.loads(sys.argv[1]), "bench")
 rounds, n = scenario.federated.rounds, scenario.data.num_clients
@@ -92,11 +93,12 @@ def testbed_vs_flower(rounds: int, clients: int) -> None:
 
 
 def aggregation_times() -> None:
-    from strategies.sdea import sdea_weights
-    from strategies.vectors import stack_states
+    from testbed.strategies.sdea import sdea_weights
+    from testbed.strategies.vectors import stack_states
     from testbed.data import PublicDataConfig, augment_views, load_dataset, public_images
     from testbed.seeding import SeedTree
-    from testbed.workloads.classifier import ClassifierConfig, build_classifier
+    from testbed.workloads.classifier.config import ClassifierConfig
+    from testbed.workloads.classifier.model import build_classifier
 
     data = load_dataset("digits")
     model_fn = lambda: build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)  # noqa: E731

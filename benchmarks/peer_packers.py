@@ -29,7 +29,13 @@ TRL_MAP_BATCH_SIZE = 1_000
 
 
 class _MaxTree:
-    """Max segment tree over values 1..capacity: which remaining spaces some open bin has."""
+    """Max segment tree over values 1..capacity: which remaining spaces some open bin has.
+
+    Not `testbed.pretrain.segment_tree.MaxSegmentTree` on purpose: `set` here recomputes every
+    ancestor up to the root (no early stop). This is the tree the timings in
+    docs/reproduction/pretraining.md section 4 measured; on the shared tree this packer packs the
+    same bins about twice as fast, which would change that table.
+    """
 
     def __init__(self, capacity: int):
         self.size = 1 << capacity.bit_length()

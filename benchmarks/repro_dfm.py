@@ -17,10 +17,10 @@ import torch
 
 from testbed.determinism import single_threaded
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
-from testbed.workloads.dfm.evaluation import eta_comparison
+from testbed.workloads.dfm.metrics import eta_comparison
 
 SEEDS = (0, 1, 2)
 STEPS = 3000

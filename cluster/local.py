@@ -5,7 +5,7 @@
     testbed cluster status
     testbed cluster down
 
-`up` starts a keeper process (``python -m cluster.local``) that holds a `ray.cluster_utils.Cluster`,
+`up` starts a keeper process (``python -m testbed.cluster.local``) that holds a `ray.cluster_utils.Cluster`,
 Ray's own way of emulating nodes on one machine: a head and ``nodes - 1`` worker nodes, each with
 its own raylet, object store and CPU count, so Ray places tasks and actors across them as it would
 across machines. The keeper lives in its own session; `down` stops it, and with it every process of
@@ -66,7 +66,7 @@ def _is_keeper(pid: int) -> bool:
 
     try:
         process = psutil.Process(pid)
-        return process.status() != psutil.STATUS_ZOMBIE and "cluster.local" in process.cmdline()
+        return process.status() != psutil.STATUS_ZOMBIE and "testbed.cluster.local" in process.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
 
@@ -91,7 +91,7 @@ def up(nodes: int, cpus_per_node: int, head_cpus: int | None = None, object_stor
                         "'testbed cluster down' stops it")
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "cluster.local", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node),
+    command = [sys.executable, "-m", "testbed.cluster.local", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node),
                "--head-cpus", str(head_cpus), "--object-store-mb", str(object_store_mb), "--state-dir", str(folder)]
     with open(folder / "keeper.log", "wb") as log:
         keeper = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -30,7 +30,6 @@ from torch import Generator, Tensor
 
 from .omniscient import lie, min_max, min_sum
 from .vectors import flatten_state
-from testbed.plugins import load_entry_points
 
 
 @dataclass(frozen=True)
@@ -151,9 +150,6 @@ ATTACKS: dict[str, Attack] = {
     "min_max": Attack("model", min_max, omniscient=True),
     "min_sum": Attack("model", min_sum, omniscient=True),
 }
-
-# Installed packages add attacks through the `testbed.attacks` entry-point group.
-load_entry_points("testbed.attacks", ATTACKS, Attack)
 
 
 def get_attack(name: str, kind: str | None = None) -> Attack:

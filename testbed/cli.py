@@ -14,7 +14,6 @@ Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an i
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
 from pathlib import Path
@@ -91,11 +90,9 @@ def _print_sweep_outcome(run) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from testbed.execute import preflight
-    from testbed.loading import load_scenario
-
-    from testbed.loading import load_raw
+    from testbed.loading import load_raw, load_scenario
     from testbed.sweep import expand_variants
+    from testbed.validation import preflight
 
     for file in args.files:
         scenario = load_scenario(file, args.overrides)
@@ -125,18 +122,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from testbed.report import render_report
+    from testbed.execute import report_run
     from testbed.report.sweep import render_sweep_report
     from testbed.run import RunFolder
 
     folder = RunFolder.open(args.run_dir)
-    render = render_sweep_report if folder.read_config().get("sweep") else render_report
+    render = render_sweep_report if folder.read_config().get("sweep") else report_run
     print(f"report: {render(folder)}")
     return 0
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from cluster.local import run_command
+    from testbed.cluster.local import run_command
 
     return run_command(args.action, args.nodes, args.cpus_per_node, args.head_cpus)
 
@@ -152,10 +149,32 @@ def _listing(what: str) -> list[tuple[str, str]]:
         folders = {REPO_SCENARIOS, Path("scenarios").resolve()}
         files = sorted({f for d in folders if d.is_dir() for f in d.rglob("*.yaml")})
         return [(_display_path(f), _scenario_title(f)) for f in files]
-    module, attribute = {"workloads": ("testbed.workloads", "WORKLOADS"), "strategies": ("testbed.federated.strategies", "STRATEGIES"),
-                         "attacks": ("strategies", "ATTACKS"), "topologies": ("topologies", "GRAPH_BUILDERS")}[what]
-    registry = getattr(importlib.import_module(module), attribute, {})
-    return [(name, _first_line(entry)) for name, entry in sorted(registry.items())]
+    if what == "workloads":
+        from testbed.workloads import registry
+
+        return [(name, registry.summary(name)) for name in sorted(registry.workload_names())]
+    return [(name, _first_line(entry)) for name, entry in sorted(REGISTRIES[what]().items())]
+
+
+def _strategies() -> dict:
+    from testbed.federated.strategies import registered_strategies
+
+    return registered_strategies()
+
+
+def _attacks() -> dict:
+    from testbed.federated.attacks import registered_attacks
+
+    return registered_attacks()
+
+
+def _topologies() -> dict:
+    from testbed.topologies import GRAPH_BUILDERS
+
+    return GRAPH_BUILDERS
+
+
+REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies}
 
 
 def _display_path(path: Path) -> str:

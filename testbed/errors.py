@@ -5,6 +5,8 @@ already exists): the CLI prints its one-line message and exits with code 2, with
 Anything else is a bug in the testbed and exits with code 1.
 """
 
+import difflib
+
 
 class UserError(Exception):
     """A problem the user can fix; its message is one line naming the file and field."""
@@ -12,3 +14,9 @@ class UserError(Exception):
 
 class ScenarioError(UserError):
     """A scenario file or override that does not validate."""
+
+
+def did_you_mean(word: str, candidates) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``candidates`` to ``word``, or ``""`` if none is close."""
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""

@@ -10,32 +10,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.engines import make_engine, preflight_engine
-from testbed.errors import ScenarioError, UserError
+from testbed import kinds
+from testbed.engines.registry import make_engine
+from testbed.errors import UserError
 from testbed.faults import maybe_kill
 from testbed.loading import validate_raw
 from testbed.progress import ProgressReporter, progress_enabled
-from testbed.report import render_report
+from testbed.report.render import render_report
 from testbed.run import RunFolder
-from testbed.runners import RUNNERS, RunContext
+from testbed.runner import RunContext
 from testbed.scenario import Scenario
-from testbed.tracking import check_trackers, open_trackers
+from testbed.tracking import open_trackers
+from testbed.validation import preflight
 
 VERSIONED_PACKAGES = ("testbed", "torch", "numpy", "ray", "flwr", "deepspeed", "opacus", "networkx")
-
-
-def preflight(scenario: Scenario, source: str) -> None:
-    """Everything a run needs that can be checked without starting workers."""
-    if scenario.kind not in RUNNERS:
-        raise ScenarioError(f"{source}: kind: '{scenario.kind}' has no runner in this version; "
-                            f"available: {', '.join(sorted(RUNNERS))}")
-    engines = RUNNERS[scenario.kind].engines
-    if scenario.engine.type not in engines:
-        raise ScenarioError(f"{source}: engine.type: '{scenario.engine.type}' does not run kind "
-                            f"'{scenario.kind}'; use {' or '.join(engines)}")
-    RUNNERS[scenario.kind].check(scenario, source)
-    check_trackers(list(scenario.report.trackers), source)
-    preflight_engine(scenario.engine, source)
 
 
 def default_run_dir(scenario: Scenario) -> Path:
@@ -68,7 +56,7 @@ def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
 
 
 def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
-    runner = RUNNERS[scenario.kind]
+    runner = kinds.runner(scenario.kind)
     trackers = open_trackers(list(scenario.report.trackers), run, scenario.name)
 
     def log_metrics(record: dict[str, Any]) -> None:
@@ -79,7 +67,7 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
 
     started = time.perf_counter()
     try:
-        with make_engine(scenario.engine, runner.parallel_tasks(scenario), quiet) as engine:
+        with make_engine(scenario.engine, runner.needs_one_of, runner.parallel_tasks(scenario), quiet) as engine:
             ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics)
             final = runner.run(ctx)
             engine_info = engine.describe()
@@ -92,7 +80,15 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
         "timings": {"wall_s": round(time.perf_counter() - started, 3)},
         "versions": _versions(),
     })
-    render_report(run)
+    report_run(run)
+
+
+def report_run(run: RunFolder) -> Path:
+    """(Re-)render the report of a run folder with the sections of its kind and report kind."""
+    config = run.read_config()
+    sections = kinds.runner(config["kind"]).report_sections(config) if config.get("kind") in kinds.RUNNERS else []
+    layout = kinds.report_layout(config.get("report", {}).get("kind", "training"))
+    return render_report(run, layout, sections)
 
 
 def _versions() -> dict[str, str]:

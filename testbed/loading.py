@@ -8,7 +8,6 @@ field path and, for a misspelt key, the closest valid key, e.g.::
 
 from __future__ import annotations
 
-import difflib
 import typing
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from testbed.errors import ScenarioError
+from testbed.errors import ScenarioError, did_you_mean
 from testbed.scenario import Scenario
 
 Loc = tuple[Any, ...]
@@ -94,38 +93,38 @@ def validate_raw(raw: dict[str, Any], source: str, overrides: typing.Sequence[st
 
 def check_plugins(scenario: Scenario, raw: dict, source: str, overrides: typing.Sequence[str]) -> None:
     """Validate the blocks that name registered plugins against the plugin's own config."""
-    from testbed.data import check_data_selection
-    from testbed.workloads import WORKLOADS
+    from testbed.data.select import check_data_selection
+    from testbed.workloads import registry
 
     check_data_selection(scenario.data, _source_for(("data", "dataset"), source, overrides))
     if scenario.workload is None:
         if scenario.kind in KINDS_WITH_WORKLOAD:
             raise ScenarioError(f"{source}: workload: required for kind '{scenario.kind}' (e.g. workload: {{name: classifier}})")
         return
-    validate_plugin(WORKLOADS, "workload", scenario.workload.params, raw, source, overrides)
+    name = raw["workload"]["name"]
+    if not registry.is_registered(name):
+        where = _source_for(("workload", "name"), source, overrides)
+        valid = registry.workload_names()
+        raise ScenarioError(f"{where}: workload.name: unknown workload '{name}'{did_you_mean(name, valid)}; "
+                            f"valid: {', '.join(sorted(valid))}")
+    validate_plugin(registry.config_class(name), "workload", scenario.workload.params, raw, source, overrides)
     try:
-        WORKLOADS[scenario.workload.name].check(workload_config(scenario), scenario.data)
+        registry.check_function(name)(workload_config(scenario), scenario.data)
     except ScenarioError as err:
         raise ScenarioError(f"{_source_for(('workload',), source, overrides)}: {err}") from None
 
 
 def workload_config(scenario: Scenario) -> BaseModel:
     """The typed config of the scenario's workload."""
-    from testbed.workloads import WORKLOADS
+    from testbed.workloads import registry
 
-    return WORKLOADS[scenario.workload.name].Config.model_validate(scenario.workload.params)
+    assert scenario.workload is not None
+    return registry.config_class(scenario.workload.name).model_validate(scenario.workload.params)
 
 
-def validate_plugin(registry: dict, section: str, params: dict, raw: dict, source: str, overrides) -> None:
-    """Check that ``raw[section].name`` is registered and its other keys fit its Config."""
-    name = raw[section]["name"]
-    if name not in registry:
-        where = _source_for((section, "name"), source, overrides)
-        hint = _closest(name, registry)
-        raise ScenarioError(
-            f"{where}: {section}.name: unknown {section} '{name}'{hint}; valid: {', '.join(sorted(registry))}"
-        )
-    config_model = registry[name].Config
+def validate_plugin(config_model: type[BaseModel], section: str, params: dict, raw: dict, source: str,
+                    overrides) -> None:
+    """Check that the other keys of ``raw[section]`` fit the plugin's config."""
     try:
         config_model.model_validate(params)
     except ValidationError as err:
@@ -145,7 +144,7 @@ def describe_error(
     kind = first["type"]
     if kind == "extra_forbidden":
         valid = list(extra_keys) + _valid_keys(model, first["loc"][:-1])
-        return f"{where}: {path}: unknown key{_closest(str(loc[-1]), valid)}; valid keys: {', '.join(valid)}"
+        return f"{where}: {path}: unknown key{did_you_mean(str(loc[-1]), valid)}; valid keys: {', '.join(valid)}"
     if kind == "union_tag_invalid":
         ctx = first["ctx"]
         field = ctx["discriminator"].strip("'")
@@ -206,11 +205,6 @@ def _unwrap(annotation: Any) -> Any:
 def _tag(model: type[BaseModel]) -> Any:
     field = model.model_fields.get("type")
     return typing.get_args(field.annotation)[0] if field is not None else None
-
-
-def _closest(word: str, candidates) -> str:
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return f" (did you mean '{match[0]}'?)" if match else ""
 
 
 def _source_for(loc: Loc, source: str, overrides: typing.Sequence[str]) -> str:

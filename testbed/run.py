@@ -25,7 +25,7 @@ import pickle
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 import torch
@@ -36,12 +36,20 @@ from testbed.errors import UserError
 KEEP_CHECKPOINTS = 2
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None], tmp_prefix: str | None = None) -> None:
+    """Write ``data`` to ``path`` through a temporary file (fsynced) and a rename.
+
+    ``data`` is the bytes, or a function that writes them to the open file (so that a large
+    checkpoint is not held in memory twice). The temporary file, next to ``path``, is named
+    ``tmp_prefix`` plus a random suffix (default: ``.<name>.``).
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix or f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -136,16 +144,8 @@ class RunFolder:
         """Save a checkpoint atomically and prune old ones, keeping the newest few."""
         path = self.checkpoint_dir / f"ckpt-{step:09d}.pt"
         with self._writing(f"checkpoints/{path.name}"):
-            fd, tmp = tempfile.mkstemp(dir=self.checkpoint_dir, prefix=".ckpt.")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    torch.save({"step": step, "metrics_count": self.metrics_count, **payload}, handle)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            checkpoint = {"step": step, "metrics_count": self.metrics_count, **payload}
+            atomic_write(path, lambda handle: torch.save(checkpoint, handle), tmp_prefix=".ckpt.")
         for old in self._checkpoints()[:-KEEP_CHECKPOINTS]:
             old.unlink(missing_ok=True)
         return path

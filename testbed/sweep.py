@@ -6,7 +6,8 @@ process so that a variant that crashes (or starts and stops its own Ray, as Flow
 take the others down. On the ``local`` engine variants run side by side on this machine; on the
 ``ray`` engine each variant is a Ray task placed on some node of the cluster (the run folder must
 then be on a filesystem every node sees, as on a Slurm cluster). Running or resuming a sweep again
-skips the variants that completed.
+skips the variants that completed. The variants are placed by the engine's `map` primitive (see
+`testbed.engines.registry.placement_engine`): threads on this machine, or Ray tasks on a cluster.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from testbed.engines.config import EngineSettings
+from testbed.engines.registry import placement_engine
 from testbed.errors import UserError
-from testbed.execute import preflight
 from testbed.loading import apply_override, validate_raw
 from testbed.run import RunFolder, atomic_write
 from testbed.scenario import Scenario
+from testbed.validation import preflight
 
 
 def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
@@ -73,8 +75,10 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
     (sweep_run.path / "variants").mkdir(exist_ok=True)
     for slug, variant in variants.items():
         atomic_write(sweep_run.path / "variants" / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
-    tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine.type) for slug in variants]
-    results = _place(tasks, scenario, quiet)
+    tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine) for slug in variants]
+    parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
+    with placement_engine(scenario.engine) as engine:
+        results = engine.map(run_variant, tasks, parallel=parallel)
     statuses = {slug: result for slug, result in zip(variants, results)}
     sweep_run.write_summary({"name": scenario.name, "kind": "sweep", "variants": statuses,
                              "completed": sum(r["status"] == "completed" for r in statuses.values()),
@@ -95,24 +99,9 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
     return RunFolder.create(run_dir, raw)
 
 
-def _place(tasks: list[tuple[str, str]], scenario: Scenario, quiet: bool) -> list[dict[str, Any]]:
-    parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
-    if scenario.engine.type == "ray":
-        from testbed.engines.ray_engine import RayClusterEngine
-
-        # The placement task reserves no CPU: the variant's own process joins the cluster and asks
-        # for the CPUs its work needs; a placement that held one could starve it on a full cluster.
-        results: list[dict[str, Any]] = []
-        with RayClusterEngine(scenario.engine.address, num_cpus_per_task=0, quiet=True) as engine:
-            for start in range(0, len(tasks), parallel):
-                results += engine.map(run_variant, tasks[start : start + parallel])
-        return results
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        return list(pool.map(lambda task: run_variant(*task), tasks))
-
-
-def run_variant(folder: str, engine_type: str) -> dict[str, Any]:
-    """Run one variant in its own ``testbed`` process (resume it if it started before)."""
+def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
+    """Run one variant in its own ``testbed`` process (resume it if it started before), with the
+    environment ``engine`` gives child processes on the machine that runs it."""
     run = RunFolder(folder)
     if run.completed:
         return {"status": "completed", "skipped": True, "final_metrics": run.read_summary()["final_metrics"]}
@@ -120,9 +109,7 @@ def run_variant(folder: str, engine_type: str) -> dict[str, Any]:
         command = ["resume", folder]
     else:
         command = ["run", f"{folder}.yaml", "--run-dir", folder]
-    env = {**os.environ, "CI": os.environ.get("CI", "1")}
-    if engine_type == "local":
-        env.pop("RAY_ADDRESS", None)  # a local variant starts its own Ray, never joins one
+    env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
     done = subprocess.run([sys.executable, "-m", "testbed.cli", *command, "--quiet"], env=env,
                           capture_output=True, text=True)
     if done.returncode == 0 and run.completed:

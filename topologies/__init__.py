@@ -1,6 +1,6 @@
 """Graphs, random-walk and gossip algorithms, and pairwise network-DP accountants."""
 
-from topologies.accounting import (
+from .accounting import (
     clip_to_local,
     closed_form_tail_bound,
     harmonic_number,
@@ -11,24 +11,24 @@ from topologies.accounting import (
     random_walk_visit_sum,
     walk_length,
 )
-from topologies.conversion import (
+from .conversion import (
     DistanceProfile,
     epsilon_by_distance,
     linear_rdp_to_dp,
     rdp_to_dp,
     zcdp_to_dp,
 )
-from topologies.errors import TopologyError
-from topologies.gossip import gossip_leakage_weights, gossip_pndp
-from topologies.graphs import GRAPH_BUILDERS, build_graph, graph_from_spec
-from topologies.spectral import (
+from .errors import TopologyError
+from .gossip import gossip_leakage_weights, gossip_pndp
+from .graphs import GRAPH_BUILDERS, build_graph, graph_from_spec
+from .spectral import (
     eigenvalues,
     mixing_time,
     relaxation_time,
     spectral_gap,
     stationary_distribution,
 )
-from topologies.walks import (
+from .walks import (
     adjacency,
     check_aperiodic,
     check_doubly_stochastic,

@@ -10,7 +10,7 @@ import numbers
 
 import networkx as nx
 
-from topologies.errors import TopologyError
+from .errors import TopologyError
 
 
 def require_int(name: str, value: object, minimum: int) -> int:

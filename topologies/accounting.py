@@ -42,10 +42,10 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.special import digamma
 
-from topologies._checks import require_int
-from topologies.errors import TopologyError
-from topologies.spectral import spectral_gap
-from topologies.walks import validate_walk
+from ._checks import require_int
+from .errors import TopologyError
+from .spectral import spectral_gap
+from .walks import validate_walk
 
 METHODS = ("closed_form", "finite_sum")
 

@@ -24,9 +24,9 @@ import networkx as nx
 import numpy as np
 from scipy.sparse import csgraph
 
-from topologies.accounting import source_index
-from topologies.errors import TopologyError
-from topologies.walks import adjacency
+from .accounting import source_index
+from .errors import TopologyError
+from .walks import adjacency
 
 CONVERSIONS = ("balle", "mironov")
 CHUNK = 1 << 20  # entries per vectorised block: bounds temporaries to a few MB each

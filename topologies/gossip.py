@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from topologies._checks import require_int
-from topologies.accounting import require_order, require_positive
-from topologies.walks import validate_walk
+from ._checks import require_int
+from .accounting import require_order, require_positive
+from .walks import validate_walk
 
 
 def _senders(walk) -> sp.csr_array:

@@ -18,9 +18,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from topologies import real_graphs
-from topologies._checks import finish_graph, require_int, require_prob
-from topologies.errors import TopologyError
+from . import real_graphs
+from ._checks import finish_graph, require_int, require_prob
+from .errors import TopologyError
 
 
 def complete(*, n: int, seed: int = 0) -> nx.Graph:

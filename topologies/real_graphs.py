@@ -14,8 +14,8 @@ from pathlib import Path
 
 import networkx as nx
 
-from topologies._checks import finish_graph
-from topologies.errors import TopologyError
+from ._checks import finish_graph
+from .errors import TopologyError
 
 
 def karate_club(*, seed: int = 0) -> nx.Graph:

@@ -18,8 +18,8 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from topologies.errors import TopologyError
-from topologies.walks import ATOL, validate_walk
+from .errors import TopologyError
+from .walks import ATOL, validate_walk
 
 
 def _dense(matrix) -> np.ndarray:

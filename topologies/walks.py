@@ -25,8 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
-from topologies._checks import check_connected
-from topologies.errors import TopologyError
+from ._checks import check_connected
+from .errors import TopologyError
 
 ATOL = 1e-10  # tolerance for row/column sums and symmetry of float matrices
 

@@ -1,33 +1,31 @@
 """Datasets that work offline, registered by name in `DATASETS` (bundled) and `FILE_DATASETS`
-(local files); client partitions; the unlabelled public set for server-side methods."""
+(local files); client partitions; the unlabelled public set for server-side methods.
 
-from testbed.data.datasets import DATASETS, Dataset, load_dataset, train_test_split
-from testbed.data.files import (
-    FILE_DATASETS,
-    load_cifar10,
-    load_dataset_from,
-    load_fashion_mnist,
-    load_femnist,
-    load_femnist_with_writers,
-)
-from testbed.data.partition import (
-    DirichletPartition,
-    IidPartition,
-    PartitionConfig,
-    PartitionError,
-    ShardPartition,
-    label_histograms,
-    partition_indices,
-)
-from testbed.data.select import check_data_selection, load_selected
-from testbed.data.public import PUBLIC_SETS, PublicDataConfig, augment_views, public_images
+The names below are imported on first use (PEP 562), so that the scenario schema, which needs only
+`testbed.data.config`, does not load scikit-learn or torch.
+"""
 
-__all__ = [
-    "DATASETS", "Dataset", "load_dataset", "train_test_split",
-    "FILE_DATASETS", "load_cifar10", "load_dataset_from", "load_fashion_mnist", "load_femnist",
-    "load_femnist_with_writers",
-    "DirichletPartition", "IidPartition", "PartitionConfig", "PartitionError", "ShardPartition", "label_histograms",
-    "partition_indices",
-    "check_data_selection", "load_selected",
-    "PUBLIC_SETS", "PublicDataConfig", "augment_views", "public_images",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "testbed.data.datasets": ("DATASETS", "Dataset", "load_dataset", "train_test_split"),
+    "testbed.data.files": ("FILE_DATASETS", "load_cifar10", "load_dataset_from", "load_fashion_mnist", "load_femnist",
+                           "load_femnist_with_writers"),
+    "testbed.data.partition": ("DirichletPartition", "IidPartition", "PartitionConfig", "PartitionError",
+                               "ShardPartition", "label_histograms", "partition_indices"),
+    "testbed.data.select": ("check_data_selection", "load_selected"),
+    "testbed.data.public": ("PUBLIC_SETS", "augment_views", "public_images"),
+    "testbed.data.config": ("DataConfig", "PublicDataConfig"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'testbed.data' has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULE_OF[name]), name)

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from sklearn import datasets as sk_datasets
-from sklearn.model_selection import train_test_split as sk_split
 
 
 @dataclass(frozen=True)
@@ -31,26 +29,40 @@ class Dataset:
 
 
 def _digits() -> Dataset:
-    bunch = sk_datasets.load_digits()
+    from sklearn.datasets import load_digits  # imported on use: the schema never loads scikit-learn
+
+    bunch = load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[:, None, :, :]
     return Dataset("digits", x, bunch.target.astype(np.int64), 10, (1, 8, 8))
 
 
-def _tabular(name: str, loader: Callable) -> Callable[[], Dataset]:
+def _tabular(name: str, loader: str) -> Callable[[], Dataset]:
     def load() -> Dataset:
-        bunch = loader()
+        from sklearn import datasets as sk_datasets
+
+        bunch = getattr(sk_datasets, loader)()
         y = bunch.target.astype(np.int64)
         return Dataset(name, bunch.data.astype(np.float32), y, int(y.max()) + 1, None)
 
     return load
 
 
+def _moving_digits() -> Dataset:
+    from testbed.data.moving_digits import CANVAS, FRAMES, digit_sequences  # imported on use, like scikit-learn
+
+    sequences, digits = digit_sequences()
+    return Dataset("moving_digits", sequences, digits, 10, (FRAMES, CANVAS, CANVAS))
+
+
 DATASETS: dict[str, Callable[[], Dataset]] = {
     "digits": _digits,
-    "wine": _tabular("wine", sk_datasets.load_wine),
-    "breast_cancer": _tabular("breast_cancer", sk_datasets.load_breast_cancer),
-    "iris": _tabular("iris", sk_datasets.load_iris),
+    "wine": _tabular("wine", "load_wine"),
+    "breast_cancer": _tabular("breast_cancer", "load_breast_cancer"),
+    "iris": _tabular("iris", "load_iris"),
+    "moving_digits": _moving_digits,
 }
+# The bundled sets that are images, known without loading them (validation asks before any load).
+IMAGE_DATASETS = frozenset({"digits", "moving_digits"})
 
 
 def load_dataset(name: str) -> Dataset:
@@ -61,6 +73,8 @@ def load_dataset(name: str) -> Dataset:
 def train_test_split(data: Dataset, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
     """A stratified split; tabular features are standardised with the training statistics."""
     index = np.arange(len(data.y))
+    from sklearn.model_selection import train_test_split as sk_split
+
     train_idx, test_idx = sk_split(index, test_size=test_fraction, random_state=seed, stratify=data.y)
     x_train, x_test = data.x[train_idx], data.x[test_idx]
     if data.image_shape is None:

@@ -23,18 +23,11 @@ import torch.nn.functional as F
 from PIL import Image
 from pydantic import Field
 
-from testbed.config import StrictModel
+from testbed.data.config import PublicDataConfig
 
 # Side lengths of the square crops, in photo pixels (the photos are 427 x 640): small crops give
 # texture, large ones give shapes, so the set covers several scales.
 CROP_SIDES = (16, 128)
-
-
-class PublicDataConfig(StrictModel):
-    """The server's unlabelled public set: where its images come from and how many."""
-
-    source: Literal["sample_images", "noise"] = "sample_images"
-    size: int = Field(512, gt=0, description="number of public images")
 
 
 def _check_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:

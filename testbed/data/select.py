@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from testbed.data.datasets import DATASETS, Dataset
+from testbed.data.datasets import DATASETS, IMAGE_DATASETS, Dataset
 from testbed.data.files import FILE_DATASETS, load_dataset_from
 from testbed.errors import ScenarioError
 
@@ -28,6 +28,11 @@ def check_data_selection(data: DataSelection, source: str) -> None:
         raise ScenarioError(f"{source}: data.path: dataset '{data.dataset}' is read from local files; set data.path")
     if not Path(data.path).exists():
         raise ScenarioError(f"{source}: data.path: '{data.path}' does not exist")
+
+
+def is_image_data(data: DataSelection) -> bool:
+    """Whether the selected dataset is images (every file dataset is), without loading it."""
+    return data.dataset in IMAGE_DATASETS or data.dataset in FILE_DATASETS
 
 
 def load_selected(data: DataSelection) -> Dataset:

@@ -1,4 +1,4 @@
-"""Where the nodes run: vectorised in one process, as Ray actors, or as MPI ranks.
+"""Where the nodes run: vectorised in one process, on the engine's actors, or on its SPMD ranks.
 
 All three call the same step functions (`testbed.decentralized.steps`) on the same keyed random
 numbers, so for one seed they give the same model to float tolerance (tests/decentralized checks
@@ -7,11 +7,11 @@ evaluation records in between; the driver alone writes the run folder.
 
 * local: `local_chunk`, one engine call per chunk; gossip and local DP treat all nodes as one
   ``[n, D]`` tensor.
-* ray: `testbed.decentralized.ray_nodes`, one actor per block of nodes (as many blocks as the cluster has
-  CPUs, spread over its machines). The token goes from actor to actor through Ray's object store
-  (each visit takes the previous visit's ObjectRef), reaching the driver only when it evaluates;
-  for gossip each actor mixes its rows of every round from the messages the driver collects.
-* mpi: `testbed.decentralized.mpi_nodes`, run on every rank by the `mpi` engine (`testbed.engines.mpi_engine`); rank r
+* actors: `testbed.decentralized.hosted_nodes`, one actor per block of nodes (as many blocks as the
+  engine has workers, spread over its machines). The token goes from actor to actor (each visit
+  takes the previous visit's future), reaching the driver only when it evaluates; for gossip each
+  actor mixes its rows of every round from the messages the driver collects.
+* spmd: `testbed.decentralized.spmd_nodes`, run on every rank by `Engine.spmd` (the `mpi` engine); rank r
   hosts a contiguous block of nodes, the token moves by point-to-point sends between the ranks of
   consecutive holders, gossip messages by ``allgather``; rank 0 evaluates and returns the state.
 """

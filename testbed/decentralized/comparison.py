@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from testbed.decentralized.audit import message_polynomials, senders
 from testbed.decentralized.config import ALGORITHMS, ComparisonConfig
 from testbed.decentralized.phase import chebyshev_momentum, muffliato_rounds
-from topologies import (
+from testbed.topologies import (
     epsilon_by_distance,
     gossip_pndp,
     harmonic_number,

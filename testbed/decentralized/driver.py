@@ -22,9 +22,11 @@ from testbed.decentralized.backends import local_chunk
 from testbed.decentralized.config import DecentralizedConfig, PhaseSettings
 from testbed.decentralized.phase import PhaseArgs, build_phase, structure
 from testbed.decentralized.problem import Problem, build_graph
+from testbed.engines.base import Engine
 from testbed.errors import ScenarioError
+from testbed.scenario import Scenario
 from testbed.seeding import SeedTree
-from topologies import epsilon_by_distance
+from testbed.topologies import epsilon_by_distance
 
 
 def sensitivity(config: DecentralizedConfig) -> float:
@@ -68,8 +70,6 @@ def record(algorithm: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPla
 
 def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
     """Fig.-1 profiles of comparison topology ``index`` (the run's topology when none is listed)."""
-    from testbed.scenario import Scenario
-
     scenario = Scenario.model_validate(scenario_data)
     config, seeds = scenario.decentralized, SeedTree(scenario.seed)
     specs = config.comparison.topologies
@@ -125,16 +125,18 @@ def audit_pairs(problem: Problem, phase, state: dict, eps: np.ndarray) -> dict[s
 
 
 @contextmanager
-def nodes_backend(engine, scenario_data: dict, n: int) -> Iterator[Any]:
-    """The nodes backend of the engine: MPI ranks, Ray actors, or this process."""
-    if engine.name == "mpi":
-        from testbed.decentralized.mpi_nodes import mpi_chunk
+def nodes_backend(engine: Engine, scenario_data: dict, n: int) -> Iterator[Any]:
+    """Where the nodes run, by what the engine offers: ranks that each host a block of nodes
+    (``spmd``), actors that each host a block (``actors``), or one call per chunk that runs all
+    nodes vectorised (``tasks``). All three compute the same numbers (tests/decentralized)."""
+    if engine.offers("spmd"):
+        from testbed.decentralized.spmd_nodes import spmd_chunk
 
-        yield lambda args, state, start, stop: engine.call(mpi_chunk, scenario_data, args, state, start, stop)
-    elif engine.ray_address is not None:
-        from testbed.decentralized.ray_nodes import RayNodes
+        yield lambda args, state, start, stop: engine.spmd(spmd_chunk, scenario_data, args, state, start, stop)
+    elif engine.offers("actors"):
+        from testbed.decentralized.hosted_nodes import HostedNodes
 
-        with RayNodes(scenario_data, n) as hosts:
+        with HostedNodes(engine, scenario_data, n) as hosts:
             yield hosts.run_chunk
     else:
         yield lambda args, state, start, stop: engine.call(local_chunk, scenario_data, args, state, start, stop)

@@ -16,7 +16,7 @@ import torch
 
 from testbed.decentralized.config import DecentralizedConfig
 from testbed.decentralized.problem import Problem, keyed_generator
-from topologies import spectral_gap
+from testbed.topologies import spectral_gap
 
 
 @dataclass(frozen=True)

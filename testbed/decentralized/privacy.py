@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from testbed.decentralized.audit import message_polynomials, senders
-from topologies import linear_rdp_to_dp, max_valid_order
+from testbed.topologies import linear_rdp_to_dp, max_valid_order
 
 
 @dataclass

@@ -23,7 +23,7 @@ from testbed.data import load_selected, partition_indices, train_test_split
 from testbed.decentralized.config import DecentralizedConfig
 from testbed.decentralized.models import FlatModel, ModelSpec
 from testbed.seeding import SeedTree
-from topologies import graph_from_spec, metropolis_hastings
+from testbed.topologies import graph_from_spec, metropolis_hastings
 
 
 def keyed_generator(root: int, stream: str, *keys: int) -> torch.Generator:

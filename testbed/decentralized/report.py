@@ -15,9 +15,9 @@ import numpy as np
 
 from testbed.decentralized.comparison import crossover
 from testbed.decentralized.config import ALGORITHMS
-from testbed.report.plots import plot_heatmap, plt
+from testbed.report.plots import figure_image, plot_heatmap, plt
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, register_section, table
+from testbed.report.sections import ReportLayout, ReportSection, image, table
 
 LABELS = {"random_walk": "random walk", "gossip": "gossip", "local_dp": "local DP"}
 COLORS = {"random_walk": "tab:blue", "gossip": "tab:orange", "local_dp": "tab:green"}
@@ -41,10 +41,7 @@ def _figure(path: Path, draw, title: str, xlabel: str, ylabel: str, log_y: bool 
         ax.set_ylim(max(low, 2.0**-16), high)  # losses below 2^-16 are nil for any purpose
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return image(path.name, title)
+    return figure_image(fig, path, title)
 
 
 class BudgetSection(ReportSection):
@@ -185,6 +182,6 @@ def _audit_plot(ax, get) -> None:
     ax.scatter(get("distance"), get("lower"), marker="v", label="audit (lower)")
 
 
-# after_summary inserts just below the summary, so register in reverse page order.
-for _section in (AuditSection(), UtilitySection(), DistanceSection(), HeatmapSection(), BudgetSection()):
-    register_section("privacy", _section, after_summary=True)
+# The privacy report's own sections, right below the summary.
+LAYOUT = ReportLayout(after_summary=(BudgetSection(), HeatmapSection(), DistanceSection(), UtilitySection(),
+                                     AuditSection()))

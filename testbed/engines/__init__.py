@@ -1,5 +1,6 @@
-"""Engines place a run's work on workers; runners only see the small `Engine` interface."""
+"""Engines: the only code that knows local, ray, deepspeed and mpi.
 
-from testbed.engines.base import Engine, InProcessEngine, make_engine, preflight_engine
-
-__all__ = ["Engine", "InProcessEngine", "make_engine", "preflight_engine"]
+`config` holds each engine's typed ``engine:`` block and capabilities, `base` the primitives every
+engine offers, `registry` the table of engines and the checks made before a run. Runners see only
+`Engine`.
+"""

@@ -1,25 +1,70 @@
-"""The engine interface, the in-process engine, and the choice of engine for a scenario.
+"""The engine interface: the few primitives every kind's runner uses to place its work.
 
-An engine runs plain Python functions on workers and returns their results in order
-(`Engine.map`). Functions and their arguments must be picklable and must not depend on the
-process they run in, which is what makes the same scenario give the same numbers on any engine.
+An engine is built from the scenario's ``engine:`` block (`testbed.engines.registry.make_engine`)
+and used as a context manager (started on enter, everything it started stopped on exit). Its
+primitives, each offered where `EngineSettings.capabilities` says so:
+
+- `map(fn, arg_tuples)` / `call(fn, *args)`: independent calls, results in order (``tasks``; an
+  engine without it runs them in the driver process);
+- `actors(cls, arg_tuples)`: a group of long-lived stateful workers the driver calls (``actors``);
+- `spmd(fn, *args)`: ``fn(comm, *args)`` on every rank of a persistent group, where ``comm`` is the
+  group's communicator (mpi4py's interface); returns rank 0's result (``spmd``);
+- `launch(program)`: a torch.distributed program of N ranks, as a `Job` (``torch_distributed``);
+- ``ray``: a Ray cluster connected in this process, for libraries that drive Ray themselves.
+
+Functions and their arguments must be picklable and must not depend on the process they run in,
+which is what makes the same scenario give the same numbers on any engine.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from testbed.errors import UserError
-from testbed.scenario import EngineConfig
+from testbed.engines.config import EngineSettings
+from testbed.engines.jobs import DistributedProgram, Job
+
+
+class ActorGroup(ABC):
+    """Long-lived workers, each hosting one object; calls return futures for `Engine.get`."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """How many workers the group has."""
+
+    @abstractmethod
+    def call(self, index: int, method: str, *args: Any) -> Any:
+        """Call ``method`` of worker ``index``; arguments may be futures of earlier calls."""
+
+    def broadcast(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` with the same arguments on every worker."""
+        return [self.call(index, method, *args) for index in range(len(self))]
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker."""
 
 
 class Engine(ABC):
-    """Places work on workers. Use as a context manager: started on enter, shut down on exit."""
+    """Places a run's work on workers. Use as a context manager: started on enter, shut down on exit."""
 
     name: str = "engine"
+
+    def __init__(self, settings: EngineSettings):
+        self.settings = settings
+
+    @classmethod
+    def build(cls, settings: Any, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> "Engine":
+        """The engine for a run that uses the capabilities ``needs`` with ``parallel_tasks`` at once."""
+        return cls(settings)
+
+    @classmethod
+    def for_placement(cls, settings: Any) -> "Engine":
+        """The engine a sweep places its variants with: by default threads on this machine, each
+        waiting on its variant's ``testbed`` process."""
+        return InProcessEngine(settings)
 
     def __enter__(self) -> "Engine":
         self.start()
@@ -29,102 +74,75 @@ class Engine(ABC):
         self.shutdown()
 
     def start(self) -> None:
-        """Acquire workers (start or join Ray, ...)."""
+        """Acquire workers (start or join Ray, launch ranks, ...)."""
 
     def shutdown(self) -> None:
         """Release what `start` acquired."""
 
-    @abstractmethod
-    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
-        """Run ``fn(*args)`` for each tuple, in parallel where the engine can; results in order."""
+    def offers(self, capability: str) -> bool:
+        """Whether this started engine offers ``capability`` (see `testbed.engines.config`)."""
+        return capability in self.capabilities()
+
+    def capabilities(self) -> frozenset[str]:
+        return self.settings.capabilities()
+
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple], *, parallel: int | None = None,
+            cpus: float | None = None) -> list[Any]:
+        """Run ``fn(*args)`` for each tuple, at most ``parallel`` at once, each reserving ``cpus``
+        CPUs where the engine reserves resources; results in order. By default in this process,
+        one after another, or in ``parallel`` threads (for calls that wait on child processes)."""
+        if parallel is None or parallel <= 1:
+            return [fn(*args) for args in arg_tuples]
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
+            return list(pool.map(lambda args: fn(*args), arg_tuples))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one call of ``fn`` on a worker."""
         return self.map(fn, [args])[0]
 
+    def workers(self) -> int:
+        """How many workers calls can be spread over (CPUs of the cluster, ranks, ...)."""
+        return 1
+
+    def actors(self, cls: type, arg_tuples: Sequence[tuple]) -> ActorGroup:
+        """One worker per tuple, each hosting ``cls(*args)``, spread over the engine's machines."""
+        raise self._not_offered("actors")
+
+    def put(self, value: Any) -> Any:
+        """A handle to ``value`` that actor calls can share without copying it per call."""
+        return value
+
+    def get(self, futures: Any) -> Any:
+        """The values of futures returned by `ActorGroup.call` (one, or a list)."""
+        return futures
+
+    def spmd(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(comm, *args)`` on every rank; returns rank 0's result."""
+        raise self._not_offered("spmd")
+
+    def launch(self, program: DistributedProgram) -> Job:
+        """Start ``program`` on the engine's ranks."""
+        raise self._not_offered("torch_distributed")
+
     def describe(self) -> dict[str, Any]:
         """What the engine ran on, for summary.json."""
         return {"type": self.name}
 
-    @property
-    def ray_address(self) -> str | None:
-        """The Ray cluster this engine uses, for components that drive Ray themselves (Flower)."""
-        return None
+    def _not_offered(self, capability: str) -> RuntimeError:
+        return RuntimeError(f"engine '{self.name}' does not offer {capability!r}; validate checks this "
+                            "before a run, so a runner asked for what its kind did not declare")
 
 
 class InProcessEngine(Engine):
-    """Runs every call in this process, one after another: no Ray, nothing to start."""
+    """Runs every call in this process: no Ray, nothing to start. Training programs run as one
+    local process (a single torch.distributed rank)."""
 
     name = "inprocess"
 
-    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
-        return [fn(*args) for args in arg_tuples]
+    def capabilities(self) -> frozenset[str]:
+        return frozenset({"tasks", "torch_distributed"})
 
+    def launch(self, program: DistributedProgram) -> Job:
+        from testbed.engines.processes import single_rank_job
 
-class LauncherEngine(InProcessEngine):
-    """For the ``deepspeed`` engine: the runner starts the launcher itself (see
-    `testbed.pretrain.launch`); calls made through this engine run in the driver."""
-
-    def __init__(self, config: EngineConfig):
-        self.name = config.type
-        self.config = config
-
-    def start(self) -> None:
-        # At start, not in `validate`: checking a hostfile means connecting to its hosts.
-        if getattr(self.config, "hostfile", None):
-            check_hosts_reachable(self.config.hostfile)
-
-    def describe(self) -> dict[str, Any]:
-        return {"type": self.name, "num_procs": self.config.num_procs}
-
-
-def make_engine(config: EngineConfig, parallel_tasks: int, quiet: bool = False) -> Engine:
-    """The engine a scenario's ``engine:`` block asks for.
-
-    ``local`` with ``use_ray: auto`` starts Ray in-process only when the run has more than one
-    task to run at once; a single training loop gains nothing from Ray's start-up cost.
-    """
-    from testbed.engines.ray_engine import LocalRayEngine, RayClusterEngine
-
-    if config.type == "local":
-        wants_ray = config.use_ray == "always" or (config.use_ray == "auto" and parallel_tasks > 1)
-        if not wants_ray:
-            return InProcessEngine()
-        return LocalRayEngine(config.num_cpus, quiet, config.dashboard_host if config.dashboard else None)
-    if config.type == "ray":
-        return RayClusterEngine(config.address, config.num_cpus_per_task, quiet)
-    if config.type == "deepspeed":
-        return LauncherEngine(config)
-    if config.type == "mpi":
-        from testbed.engines.mpi_engine import MpiEngine
-
-        return MpiEngine(config.num_procs, config.hosts, quiet)
-    raise UserError(f"engine.type: '{config.type}' runs only under its launcher and is not available for this kind yet")
-
-
-def preflight_engine(config: EngineConfig, source: str) -> None:
-    """Check, without starting anything, that the engine can be reached."""
-    if config.type == "ray":
-        from testbed.engines.ray_engine import check_ray_address
-
-        check_ray_address(config.address, source)
-    if config.type == "local" and config.dashboard and importlib.util.find_spec("aiohttp_cors") is None:
-        raise UserError(f"{source}: engine.dashboard: Ray's dashboard needs its extra packages: "
-                        "pip install 'ray[default]'")
-
-
-def check_hosts_reachable(hostfile: str) -> None:
-    """The deepspeed launcher reaches every host of a hostfile, localhost included, by passwordless
-    SSH (pdsh): check that first, so a missing key is one line here, not a launcher traceback."""
-    from cluster.hostfiles import hosts_from_file
-
-    for host in hosts_from_file(hostfile):
-        command = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host.name, "true"]
-        try:
-            reached = subprocess.run(command, capture_output=True, timeout=15).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            reached = False
-        if not reached:
-            raise UserError(f"{hostfile}: engine.hostfile: host {host.name!r} is not reachable by "
-                            "passwordless SSH, which the deepspeed launcher needs; set up SSH keys, or drop "
-                            "engine.hostfile to run num_procs processes on this machine")
+        return single_rank_job(program)

@@ -2,9 +2,9 @@
 
 `MpiEngine.start` launches ``mpiexec -n N python -m testbed.engines.mpi_worker HOST PORT`` and
 waits for rank 0 to connect back over an authenticated socket (`multiprocessing.connection`).
-`call(fn, *args)` sends ``(fn, args)`` to rank 0, which broadcasts it; every rank runs
-``fn(*args)`` (the function talks to its peers through ``mpi4py.MPI.COMM_WORLD``) and rank 0 sends
-its result back. The ranks live for the whole run, so a run pays the start-up of N Python
+`spmd(fn, *args)` sends ``(fn, args)`` to rank 0, which broadcasts it; every rank runs
+``fn(comm, *args)`` (the function talks to its peers through ``comm``, ``mpi4py.MPI.COMM_WORLD``)
+and rank 0 sends its result back. Other calls (`map`) run in the driver. The ranks live for the whole run, so a run pays the start-up of N Python
 processes once, not per chunk. A rank that raises prints its traceback and aborts the job; the
 driver then raises with the end of mpiexec's output.
 
@@ -26,9 +26,10 @@ import tempfile
 import threading
 from multiprocessing.connection import Listener
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from testbed.engines.base import Engine
+from testbed.engines.config import MpiEngineConfig
 from testbed.errors import UserError
 
 AUTHKEY_ENV = "TESTBED_MPI_AUTHKEY"
@@ -40,7 +41,7 @@ def find_mpiexec() -> str:
     beside = Path(sys.executable).parent / "mpiexec"
     found = str(beside) if beside.is_file() else shutil.which("mpiexec")
     if not found:
-        raise UserError("engine.type: 'mpi' needs mpiexec: pip install mpich mpi4py (the testbed's dependencies)")
+        raise UserError("engine.type: 'mpi' needs mpiexec: pip install 'testbed[mpi]' (mpich and mpi4py)")
     return found
 
 
@@ -48,9 +49,15 @@ class MpiEngine(Engine):
     """Runs each call on all ranks of a persistent ``mpiexec`` job; returns rank 0's result."""
 
     name = "mpi"
+    settings: MpiEngineConfig
 
-    def __init__(self, num_procs: int, hosts: Sequence[str] = (), quiet: bool = False):
-        self.num_procs, self.hosts, self.quiet = num_procs, list(hosts), quiet
+    @classmethod
+    def build(cls, settings: MpiEngineConfig, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> Engine:
+        return cls(settings, quiet)
+
+    def __init__(self, settings: MpiEngineConfig, quiet: bool = False):
+        super().__init__(settings)
+        self.num_procs, self.hosts, self.quiet = settings.num_procs, list(settings.hosts), quiet
         self._process: subprocess.Popen | None = None
         self._connection = None
         self._log = None
@@ -85,10 +92,10 @@ class MpiEngine(Engine):
                 raise RuntimeError(f"mpiexec did not start its ranks: {self._output_tail()}")
         return accepted[0]
 
-    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
-        return [self._call_all_ranks(fn, args) for args in arg_tuples]
+    def workers(self) -> int:
+        return self.num_procs
 
-    def _call_all_ranks(self, fn: Callable[..., Any], args: tuple) -> Any:
+    def spmd(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             # Plain pickle: Connection.send would use torch's shared-memory reducers, whose file
             # descriptors another process (rank 0) cannot fetch from this one.

@@ -1,7 +1,7 @@
 """An MPI rank of the `mpi` engine: ``python -m testbed.engines.mpi_worker DRIVER_HOST PORT``.
 
 Rank 0 connects to the driver (authkey from ``TESTBED_MPI_AUTHKEY``), then every rank loops: rank 0
-receives ``(fn, args)`` and broadcasts it, all ranks run it, rank 0 sends ``("ok", result)`` back.
+receives ``(fn, args)`` and broadcasts it, all ranks run ``fn(comm, *args)``, rank 0 sends ``("ok", result)`` back.
 ``None`` ends the loop. An exception on any rank prints its traceback and aborts the whole job,
 since its peers may be blocked waiting for it.
 """
@@ -26,7 +26,7 @@ def serve(host: str, port: int) -> None:
             break
         fn, args = task
         try:
-            result = fn(*args)
+            result = fn(comm, *args)
         except BaseException:
             text = traceback.format_exc()
             print(f"rank {comm.rank}: {text}", file=sys.stderr, flush=True)

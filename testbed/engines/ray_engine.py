@@ -1,28 +1,52 @@
 """Engines on Ray: ``local`` starts Ray in-process; ``ray`` joins an existing cluster by address.
 
 Every task runs with one CPU thread for torch (see `testbed.determinism`), so a task computes
-the same floats on a Ray worker of any node as in the driver process.
+the same floats on a Ray worker of any node as in the driver process. Training programs run as
+Ray Train workers (`TorchTrainer`) on the ``ray`` engine, and as one local rank on ``local``.
 """
 
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
 import os
-import socket
-from pathlib import Path
-from typing import Any, Callable, Sequence
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from testbed.engines.base import Engine
+from testbed.engines.base import ActorGroup, Engine, InProcessEngine
+from testbed.engines.jobs import DistributedProgram, Job
+from testbed.cluster.addresses import check_ray_address
+from testbed.engines.config import LocalEngineConfig, RayEngineConfig
 from testbed.errors import UserError
 
-RAY_CURRENT_CLUSTER = Path("/tmp/ray/ray_current_cluster")
+class RayActors(ActorGroup):
+    """Ray actors, one per worker, spread over the cluster's nodes."""
+
+    def __init__(self, cls: type, arg_tuples: Sequence[tuple]):
+        import ray
+
+        remote = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(cls)
+        self.handles = [remote.remote(*args) for args in arg_tuples]
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def call(self, index: int, method: str, *args: Any) -> Any:
+        return getattr(self.handles[index], method).remote(*args)
+
+    def close(self) -> None:
+        import ray
+
+        for handle in self.handles:
+            ray.kill(handle)
 
 
 class _RayEngine(Engine):
     """Shared task submission for both Ray engines."""
 
-    def __init__(self, num_cpus_per_task: float, quiet: bool):
+    def __init__(self, settings: LocalEngineConfig | RayEngineConfig, num_cpus_per_task: float, quiet: bool):
+        super().__init__(settings)
         self.num_cpus_per_task = num_cpus_per_task
         self.quiet = quiet
         self._owns_ray = False
@@ -53,35 +77,68 @@ class _RayEngine(Engine):
             ray.shutdown()
         self._owns_ray = False
 
-    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple], *, parallel: int | None = None,
+            cpus: float | None = None) -> list[Any]:
         import ray
 
-        remote = ray.remote(num_cpus=self.num_cpus_per_task, max_retries=2)(fn)
-        refs = [remote.remote(*args) for args in arg_tuples]
-        try:
-            return ray.get(refs)
-        except ray.exceptions.RayTaskError as err:
-            raise err.as_instanceof_cause() from None
+        remote = ray.remote(num_cpus=self.num_cpus_per_task if cpus is None else cpus, max_retries=2)(fn)
+        step = parallel or len(arg_tuples) or 1
+        results: list[Any] = []
+        for start in range(0, len(arg_tuples), step):
+            refs = [remote.remote(*args) for args in arg_tuples[start : start + step]]
+            try:
+                results += ray.get(refs)
+            except ray.exceptions.RayTaskError as err:
+                raise err.as_instanceof_cause() from None
+        return results
+
+    def workers(self) -> int:
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def actors(self, cls: type, arg_tuples: Sequence[tuple]) -> ActorGroup:
+        return RayActors(cls, arg_tuples)
+
+    def put(self, value: Any) -> Any:
+        import ray
+
+        return ray.put(value)
+
+    def get(self, futures: Any) -> Any:
+        import ray
+
+        return ray.get(futures)
 
     def describe(self) -> dict[str, Any]:
         return {"type": self.name, **self._cluster}
 
-    @property
-    def ray_address(self) -> str | None:
-        import ray
 
-        return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+class LocalEngine:
+    """The ``local`` engine: Ray in-process (`LocalRayEngine`) when the run has parallel work or
+    needs a Ray cluster (Flower), else everything in this process (`InProcessEngine`): a single
+    training loop gains nothing from Ray's start-up cost."""
+
+    @staticmethod
+    def build(settings: LocalEngineConfig, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> Engine:
+        wants_ray = settings.use_ray == "always" or (
+            settings.use_ray == "auto" and (parallel_tasks > 1 or "ray" in needs))
+        return LocalRayEngine(settings, quiet) if wants_ray else InProcessEngine(settings)
+
+    @staticmethod
+    def for_placement(settings: LocalEngineConfig) -> Engine:
+        return InProcessEngine(settings)
 
 
 class LocalRayEngine(_RayEngine):
     """Ray started inside this process on this machine: the embedded default."""
 
     name = "local"
+    settings: LocalEngineConfig
 
-    def __init__(self, num_cpus: int | None, quiet: bool, dashboard_host: str | None = None):
-        super().__init__(1.0, quiet)
-        self.num_cpus = num_cpus or os.cpu_count() or 1
-        self.dashboard_host = dashboard_host
+    def __init__(self, settings: LocalEngineConfig, quiet: bool):
+        super().__init__(settings, 1.0, quiet)
+        self.num_cpus = settings.num_cpus or os.cpu_count() or 1
 
     def _init_args(self) -> dict[str, Any]:
         # address "local": without it ray.init joins whatever cluster /tmp/ray/ray_current_cluster
@@ -89,52 +146,94 @@ class LocalRayEngine(_RayEngine):
         # Ray here. No dashboard unless asked for (it listens on a port and adds seconds to
         # start-up); when asked for, on loopback unless the scenario names another interface.
         args: dict[str, Any] = {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
-        if self.dashboard_host is not None:
-            args.update(include_dashboard=True, dashboard_host=self.dashboard_host)
+        if self.settings.dashboard:
+            args.update(include_dashboard=True, dashboard_host=self.settings.dashboard_host)
         return args
+
+    def launch(self, program: DistributedProgram) -> Job:
+        from testbed.engines.processes import single_rank_job
+
+        return single_rank_job(program)
 
 
 class RayClusterEngine(_RayEngine):
     """Joins a running Ray cluster (``ray start --head``, ``ray up``, Slurm) by address."""
 
     name = "ray"
+    settings: RayEngineConfig
 
-    def __init__(self, address: str, num_cpus_per_task: float, quiet: bool):
-        super().__init__(num_cpus_per_task, quiet)
-        self.address = address
+    def __init__(self, settings: RayEngineConfig, quiet: bool, num_cpus_per_task: float | None = None):
+        super().__init__(settings, settings.num_cpus_per_task if num_cpus_per_task is None else num_cpus_per_task,
+                         quiet)
+
+    @classmethod
+    def build(cls, settings: RayEngineConfig, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> Engine:
+        return cls(settings, quiet)
+
+    @classmethod
+    def for_placement(cls, settings: RayEngineConfig) -> Engine:
+        # Each variant is a Ray task on some node. It reserves no CPU: the variant's own process
+        # joins the cluster and asks for the CPUs its work needs (a placement that held one could
+        # starve it on a full cluster).
+        return cls(settings, quiet=True, num_cpus_per_task=0)
 
     def _init_args(self) -> dict[str, Any]:
-        return {"address": self.address}
+        return {"address": self.settings.address}
 
     def start(self) -> None:
-        check_ray_address(self.address, "engine")
+        check_ray_address(self.settings.address, "engine")
         try:
             super().start()
         except ConnectionError as err:
-            raise UserError(f"engine.address: cannot join the Ray cluster at '{self.address}': {err}") from None
+            raise UserError(f"engine.address: cannot join the Ray cluster at '{self.settings.address}': {err}") from None
+
+    def launch(self, program: DistributedProgram) -> Job:
+        return RayTrainJob(program)
 
 
-def resolve_auto_address() -> str | None:
-    """The address ``ray.init(address='auto')`` would use: $RAY_ADDRESS, else the local head's."""
-    if os.environ.get("RAY_ADDRESS"):
-        return os.environ["RAY_ADDRESS"]
-    if RAY_CURRENT_CLUSTER.is_file():
-        return RAY_CURRENT_CLUSTER.read_text().strip() or None
-    return None
+class RayTrainJob(Job):
+    """A `DistributedProgram` as Ray Train workers: `TorchTrainer` sets up the process group (gloo
+    without GPUs) and each worker calls the program module's ``main(args)``."""
+
+    def __init__(self, program: DistributedProgram):
+        import ray
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        use_gpu = ray.cluster_resources().get("GPU", 0) >= program.ranks
+        env = {**program.env, **({} if use_gpu else {"DS_ACCELERATOR": "cpu"})}
+        trainer = TorchTrainer(
+            run_program_rank,
+            train_loop_config={"module": program.module, "args": list(program.args), "env": env},
+            scaling_config=ScalingConfig(num_workers=program.ranks, use_gpu=use_gpu),
+            run_config=RunConfig(name="program", storage_path=str((program.work_dir / "ray").resolve())),
+        )
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._fit, args=(trainer,), daemon=True)
+        self.thread.start()
+
+    def _fit(self, trainer: Any) -> None:
+        try:
+            trainer.fit()
+        except BaseException as err:  # handed to the driver's thread by raise_for_status
+            self.error = err
+
+    def finished(self) -> bool:
+        return not self.thread.is_alive()
+
+    def stop(self) -> None:
+        """Ray Train stops its workers when the driver's Ray shuts down (the engine's exit)."""
+
+    def raise_for_status(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"Ray Train run failed: {self.error}") from self.error
 
 
-def check_ray_address(address: str, source: str, timeout_s: float = 3.0) -> None:
-    """Fail with a clear user error unless something listens at the cluster address."""
-    resolved = resolve_auto_address() if address == "auto" else address
-    if not resolved:
-        raise UserError(f"{source}: engine.address: 'auto' found no running Ray cluster "
-                        "(start one with 'ray start --head' or set RAY_ADDRESS)")
-    hostport = resolved.removeprefix("ray://")
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise UserError(f"{source}: engine.address: '{address}' is not host:port or ray://host:port")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            pass
-    except OSError:
-        raise UserError(f"{source}: engine.address: no Ray cluster answers at {hostport}") from None
+def run_program_rank(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker of a `DistributedProgram`."""
+    import importlib
+
+    os.environ.update(loop_config["env"])
+    code = importlib.import_module(loop_config["module"]).main(loop_config["args"])
+    if code:
+        raise RuntimeError(f"{loop_config['module']} exited with code {code}")

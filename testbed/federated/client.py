@@ -16,31 +16,15 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from strategies import ATTACKS, poison_labels
+from testbed.federated.attacks import registered_attacks
+from testbed.strategies import poison_labels
 from testbed.data import Dataset
 from testbed.determinism import single_threaded
 from testbed.federated.setup import FederationSetup, federation_setup
 from testbed.scenario import Scenario
-from testbed.workloads import WORKLOADS
+from testbed.federated.training import train_model
 
 PARTITION_KEY = "partition-id"  # the reply metric the server orders replies by
-
-
-def train_on(setup: FederationSetup, global_state: dict[str, torch.Tensor], data: Dataset, epochs: int,
-             generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Train a copy of the global model on ``data``; return its new state."""
-    model, _ = _train(setup, global_state, data, epochs, generator, setup.scenario.federated.proximal_mu)
-    return model.state_dict()
-
-
-def _train(setup: FederationSetup, global_state, data: Dataset, epochs: int, generator: torch.Generator,
-           proximal_mu: float) -> tuple[torch.nn.Module, float]:
-    workload = WORKLOADS[setup.scenario.workload.name]
-    config = workload.Config.model_validate(setup.scenario.workload.params)
-    model = setup.build_model()
-    model.load_state_dict(global_state)
-    loss = workload.fit_client(model, data, config, epochs, generator, proximal_mu)
-    return model, loss
 
 
 @lru_cache(maxsize=256)
@@ -49,7 +33,7 @@ def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
     setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
     data = setup.client_data(partition_id)
     attack = setup.scenario.federated.attack
-    if attack is None or partition_id not in setup.malicious or ATTACKS[attack.name].kind != "data":
+    if attack is None or partition_id not in setup.malicious or registered_attacks()[attack.name].kind != "data":
         return data
     generator = setup.seeds.torch(f"attack.labels.{partition_id}")
     labels = poison_labels(attack.name, torch.from_numpy(data.y), data.num_classes, generator, **attack.params)
@@ -65,7 +49,7 @@ def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
     data = poisoned_client_data(scenario_json, partition_id)
     generator = setup.seeds.child(f"client.{partition_id}").torch(f"round.{server_round}")
     with single_threaded():
-        model, loss = _train(setup, msg.content["arrays"].to_torch_state_dict(), data,
+        model, loss = train_model(setup, msg.content["arrays"].to_torch_state_dict(), data,
                              setup.scenario.federated.local_epochs, generator, setup.scenario.federated.proximal_mu)
     metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)

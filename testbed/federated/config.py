@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from testbed.config import PluginSpec, StrictModel
+from testbed.data.config import PublicDataConfig
 
 
 class AttackBlock(PluginSpec):
@@ -53,3 +54,50 @@ class FederatedConfig(StrictModel):
     faults: ClientFaults | None = None
     checkpoint_every: int = Field(1, gt=0, description="rounds between checkpoints")
     round_timeout_s: float = Field(600, gt=0, description="a round waits this long for its clients")
+
+
+# The typed parameters of the strategies (`testbed.federated.strategies.STRATEGIES`).
+
+
+class NoParams(StrictModel):
+    """A strategy without parameters of its own."""
+
+
+class ByzantineCount(StrictModel):
+    """Rules that must be told how many clients may be Byzantine (default: the attack's count)."""
+
+    num_malicious: int | None = Field(None, ge=0)
+
+
+class MultiKrumConfig(ByzantineCount):
+    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f")
+
+
+class TrimmedAvgConfig(StrictModel):
+    beta: float = Field(0.2, ge=0, lt=0.5, description="share trimmed at each end")
+
+
+class DnCConfig(ByzantineCount):
+    filter_frac: float = Field(1.0, gt=0)
+    num_iters: int = Field(1, gt=0)
+    sub_dim: int = Field(10000, gt=0)
+
+
+class RFAConfig(StrictModel):
+    nu: float = Field(1e-6, gt=0)
+    max_iter: int = Field(100, gt=0)
+    ftol: float = Field(1e-6, gt=0)
+
+
+class FLTrustConfig(StrictModel):
+    root_size: int = Field(100, gt=0, description="clean samples the server trains on each round")
+    root_epochs: int = Field(1, gt=0)
+
+
+class SDEAConfig(StrictModel):
+    epochs: int = Field(20, gt=0, description="passes over the public set per round (paper: 20)")
+    rule: Literal["paper", "code"] = "paper"
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(0.005, gt=0)
+    weight_decay: float = Field(1e-5, ge=0)
+    public: PublicDataConfig = Field(default_factory=PublicDataConfig)

@@ -9,7 +9,7 @@ import numpy as np
 
 from testbed.report.plots import numeric_series, plot_curve, plot_heatmap
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, register_section, table
+from testbed.report.sections import ReportLayout, ReportSection, image, table
 from testbed.workloads.oodrobust.report import OodAuditSection
 
 
@@ -61,6 +61,5 @@ class RobustnessSection(ReportSection):
 
 
 # Registered first: each after_summary section goes above the earlier ones, so this one ends up below the two.
-register_section("robustness", OodAuditSection(), after_summary=True)
-register_section("robustness", ClientsSection(), after_summary=True)
-register_section("robustness", RobustnessSection(), after_summary=True)
+# The robustness report's own sections, right below the summary.
+LAYOUT = ReportLayout(after_summary=(RobustnessSection(), ClientsSection(), OodAuditSection()))

@@ -18,14 +18,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Krum, Strategy
 
-from strategies import ATTACKS, poison_updates
-from strategies.base import RobustFedAvg
-from strategies.vectors import flatten_state, unflatten_state
+from testbed.federated.attacks import registered_attacks
+from testbed.strategies import poison_updates
+from testbed.strategies.base import RobustFedAvg
+from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.determinism import single_threaded
 from testbed.federated.client import PARTITION_KEY
 from testbed.federated.setup import FederationSetup
-from testbed.runners.base import RunContext
-from testbed.workloads import WORKLOADS
+from testbed.runner import RunContext
+from testbed.workloads.registry import workload_class
 
 # Attacks whose output is a whole model rather than an update.
 FULL_MODEL_ATTACKS = frozenset({"random_noise", "add_noise"})
@@ -43,7 +44,7 @@ class RoundLoop:
         self.ctx, self.setup, self.strategy = ctx, setup, strategy
         self.start_round, self.state = start_round, global_state
         self.error: BaseException | None = None
-        self.workload = WORKLOADS[setup.scenario.workload.name]
+        self.workload = workload_class(setup.scenario.workload.name)
 
     def server_app(self) -> ServerApp:
         app = ServerApp()
@@ -97,7 +98,7 @@ class RoundLoop:
 
     def _inject_attack(self, server_round: int, replies: list[Message]) -> None:
         attack = self.setup.scenario.federated.attack
-        if attack is None or ATTACKS[attack.name].kind != "model" or not self.setup.malicious:
+        if attack is None or registered_attacks()[attack.name].kind != "model" or not self.setup.malicious:
             return
         template = self.state
         global_vector = flatten_state(template)

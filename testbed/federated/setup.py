@@ -18,7 +18,7 @@ import torch
 from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree
-from testbed.workloads import WORKLOADS
+from testbed.workloads.registry import workload_class
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class FederationSetup:
 
     def build_model(self) -> torch.nn.Module:
         """The workload's model, initialised from the root seed (the round-0 global model)."""
-        workload_cls = WORKLOADS[self.scenario.workload.name]
+        workload_cls = workload_class(self.scenario.workload.name)
         config = workload_cls.Config.model_validate(self.scenario.workload.params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seeds.integer("federated.model.init"))
@@ -76,7 +76,7 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
                         train.num_classes, train.image_shape)
     root = None
     if scenario.federated.strategy.name == "fltrust":
-        from testbed.federated.strategies import FLTrustConfig  # the strategies module imports this one
+        from testbed.federated.config import FLTrustConfig
 
         root_size = FLTrustConfig.model_validate(scenario.federated.strategy.params).root_size
         train, root = _carve(train, root_size, seeds.numpy("federated.root"))

@@ -9,61 +9,28 @@ never starts with only the clients that happened to register first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Callable, Literal
 
 import torch
 from flwr.serverapp import strategy as flower
 from pydantic import Field
 
-import strategies as robust
+import testbed.strategies as robust
 from testbed.config import StrictModel
-from testbed.data import PublicDataConfig, augment_views, public_images
+from testbed.federated.config import (
+    ByzantineCount,
+    DnCConfig,
+    FLTrustConfig,
+    MultiKrumConfig,
+    NoParams,
+    RFAConfig,
+    SDEAConfig,
+    TrimmedAvgConfig,
+)
+from testbed.data.public import augment_views, public_images
 from testbed.federated.setup import FederationSetup
 from testbed.plugins import load_entry_points
-
-
-class NoParams(StrictModel):
-    """A strategy without parameters of its own."""
-
-
-class ByzantineCount(StrictModel):
-    """Rules that must be told how many clients may be Byzantine (default: the attack's count)."""
-
-    num_malicious: int | None = Field(None, ge=0)
-
-
-class MultiKrumConfig(ByzantineCount):
-    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f")
-
-
-class TrimmedAvgConfig(StrictModel):
-    beta: float = Field(0.2, ge=0, lt=0.5, description="share trimmed at each end")
-
-
-class DnCConfig(ByzantineCount):
-    filter_frac: float = Field(1.0, gt=0)
-    num_iters: int = Field(1, gt=0)
-    sub_dim: int = Field(10000, gt=0)
-
-
-class RFAConfig(StrictModel):
-    nu: float = Field(1e-6, gt=0)
-    max_iter: int = Field(100, gt=0)
-    ftol: float = Field(1e-6, gt=0)
-
-
-class FLTrustConfig(StrictModel):
-    root_size: int = Field(100, gt=0, description="clean samples the server trains on each round")
-    root_epochs: int = Field(1, gt=0)
-
-
-class SDEAConfig(StrictModel):
-    epochs: int = Field(20, gt=0, description="passes over the public set per round (paper: 20)")
-    rule: Literal["paper", "code"] = "paper"
-    batch_size: int = Field(64, gt=0)
-    lr: float = Field(0.005, gt=0)
-    weight_decay: float = Field(1e-5, ge=0)
-    public: PublicDataConfig = Field(default_factory=PublicDataConfig)
 
 
 @dataclass(frozen=True)
@@ -83,7 +50,7 @@ def _common(setup: FederationSetup) -> dict[str, Any]:
 
 def _build_fltrust(config: FLTrustConfig, setup: FederationSetup, f: int) -> flower.Strategy:
     def server_update(global_state: dict[str, torch.Tensor], server_round: int) -> dict[str, torch.Tensor]:
-        from testbed.federated.client import train_on  # the server trains its root set like a client
+        from testbed.federated.training import train_on  # the server trains its root set like a client
 
         generator = setup.seeds.torch(f"fltrust.round.{server_round}")
         return train_on(setup, global_state, setup.root, config.root_epochs, generator)
@@ -127,8 +94,14 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
 }
 
-# Installed packages add strategies through the `testbed.strategies` entry-point group.
-load_entry_points("testbed.strategies", STRATEGIES, StrategyEntry)
+
+
+@cache
+def registered_strategies() -> dict[str, StrategyEntry]:
+    """Every strategy by name: the built-in ones, then those installed packages declare through
+    the `testbed.strategies` entry-point group (read once per process)."""
+    load_entry_points("testbed.strategies", STRATEGIES, StrategyEntry)
+    return STRATEGIES
 
 
 def declared_malicious(config: StrictModel, setup_malicious: int) -> int:
@@ -140,6 +113,6 @@ def declared_malicious(config: StrictModel, setup_malicious: int) -> int:
 def build_strategy(setup: FederationSetup) -> flower.Strategy:
     """The scenario's strategy, ready for the round loop."""
     block = setup.scenario.federated.strategy
-    entry = STRATEGIES[block.name]
+    entry = registered_strategies()[block.name]
     config = entry.Config.model_validate(block.params)
     return entry.build(config, setup, declared_malicious(config, len(setup.malicious)))

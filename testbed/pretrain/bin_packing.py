@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from testbed.pretrain.segment_tree import BinsByCapacity
+from testbed.pretrain.segment_tree import BinsByCapacity, MaxSegmentTree
 
 Bins = list[list[int]]
 
@@ -105,37 +105,19 @@ def first_fit_decreasing_pack(lengths: Sequence[int] | np.ndarray, capacity: int
     empty, so the first unopened bin is where a new bin opens), O(N log N) in total.
     """
     items = as_item_lengths(lengths, capacity)
-    leaf_offset = 1 << max(items.size - 1, 0).bit_length()
-    tree = [capacity] * (2 * leaf_offset)
+    remaining = MaxSegmentTree(items.size, fill=capacity)  # leaf = remaining capacity of that bin id
+    first_fitting_bin = remaining.leftmost_at_least
+    set_remaining = remaining.set
     bins: Bins = []
     for item, length in zip(*_decreasing_items(items, capacity)):
-        node = 1
-        while node < leaf_offset:  # leftmost leaf with remaining capacity >= length
-            node <<= 1
-            if tree[node] < length:
-                node += 1
-        bin_id = node - leaf_offset
+        bin_id = first_fitting_bin(length)
         if bin_id == len(bins):
             bins.append([])
         bins[bin_id].append(item)
-        tree[node] -= length
-        _refresh_ancestors(tree, node)
+        set_remaining(bin_id, remaining[bin_id] - length)
     return bins
 
 
 def _decreasing_items(items: np.ndarray, capacity: int) -> tuple[list[int], list[int]]:
     order = decreasing_order(items, capacity)
     return order.tolist(), items[order].tolist()
-
-
-def _refresh_ancestors(tree: list[int], node: int) -> None:
-    # A leaf only ever decreases, so stop once an ancestor's max no longer changes.
-    node >>= 1
-    while node:
-        left = tree[2 * node]
-        right = tree[2 * node + 1]
-        best = left if left > right else right
-        if tree[node] == best:
-            break
-        tree[node] = best
-        node >>= 1

@@ -9,12 +9,12 @@ their ``w8a8_`` counterparts, mean over seeds).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.report.plots import plot_curve, plt
-from testbed.report.sections import ReportSection, image, register_section, table
+from testbed.report.plots import figure_image, plot_curve, plt
+from testbed.report.sections import ArraySection, ReportSection, image, table
 
 if TYPE_CHECKING:
     from testbed.report.render import RunData
@@ -57,15 +57,14 @@ class OutlierSummarySection(ReportSection):
                 + "<h3>Per layer, final step</h3>" + table(module_rows, ("module", "kurtosis", "inf norm")))
 
 
-class ActivationHistogramSection(ReportSection):
+class ActivationHistogramSection(ArraySection):
     """|activation| histograms of every hooked module after training, log-log, with the peak marked."""
 
     title = "Activation histograms per layer"
+    requires = ("outlier_histograms",)
+    missing = NOT_MEASURED
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "outlier_histograms" not in arrays:
-            return NOT_MEASURED
+    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
         names = [str(n) for n in arrays["outlier_modules"]]
         edges, counts, peaks = arrays["outlier_histogram_edges"], arrays["outlier_histograms"], arrays["outlier_peaks"]
         layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")}) + ["final_norm"]
@@ -79,15 +78,12 @@ class ActivationHistogramSection(ReportSection):
             ax.set(xscale="log", yscale="log", title=layer, xlabel="|activation|", ylabel="count")
             ax.set_ylim(bottom=0.8)  # empty bins are drawn at 0.5, below the axis
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / "activation-histograms.png")
-        plt.close(fig)
+        histograms = figure_image(fig, out_dir / "activation-histograms.png", "activation histograms")
         rows = [(name, float(peak)) for name, peak in zip(names, peaks)]
-        return (image("activation-histograms.png", "activation histograms")
+        return (histograms
                 + "<p>Held-out activations after the last step; dotted lines: the largest |activation| of each "
                   "module. Outliers are the isolated counts far to the right of the bulk.</p>"
                 + table(rows, ("module", "max |activation|")))
 
 
-for _section in (OutlierSummarySection(), ActivationHistogramSection()):
-    register_section("pretraining", _section)
+OUTLIER_SECTIONS = (OutlierSummarySection(), ActivationHistogramSection())

@@ -8,12 +8,13 @@ results come from metrics.jsonl.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.report.plots import plot_curve, plt
-from testbed.report.sections import ReportSection, image, register_section, table
+from testbed.report.plots import figure_image, plot_curve, plt
+from testbed.pretrain.outlier_report import OUTLIER_SECTIONS
+from testbed.report.sections import ArraySection, ReportLayout, ReportSection, image, table
 
 if TYPE_CHECKING:
     from testbed.report.render import RunData
@@ -21,15 +22,14 @@ if TYPE_CHECKING:
 PERCENT_STATS = ("excess_sequence_share", "fill_rate", "padding_share", "truncated_share", "forced_truncated_share")
 
 
-class PackingStatsSection(ReportSection):
+class PackingStatsSection(ArraySection):
     """Sequence count, fill and truncations of every packing method on this run's training documents."""
 
     title = "Packing, side by side"
+    requires = ("packing_stats",)
+    missing = "<p>No packing statistics were recorded.</p>"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "packing_stats" not in arrays:
-            return "<p>No packing statistics were recorded.</p>"
+    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
         methods = [str(m) for m in arrays["packing_methods"]]
         used = (data.config.get("pretrain") or {}).get("packing", {}).get("method", "best_fit")
         header = ("statistic", *(f"{m} (this run)" if m == used else m for m in methods))
@@ -46,15 +46,14 @@ class PackingStatsSection(ReportSection):
             "ceil(tokens / context), the bound concatenation attains.</p>")
 
 
-class LengthHistogramsSection(ReportSection):
+class LengthHistogramsSection(ArraySection):
     """Document lengths against the context length, and tokens per packed sequence for each method."""
 
     title = "Length histograms"
+    requires = ("document_lengths",)
+    missing = "<p>No length data were recorded.</p>"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "document_lengths" not in arrays:
-            return "<p>No length data were recorded.</p>"
+    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
         context = int(arrays["context_length"])
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
         lengths = arrays["document_lengths"]
@@ -62,16 +61,15 @@ class LengthHistogramsSection(ReportSection):
         ax.axvline(context, color="#c44e52", linestyle="--", label=f"context length {context}")
         ax.set(title="Document lengths (clipped at 4x context)", xlabel="tokens", ylabel="documents")
         ax.legend(fontsize=8)
-        _save(fig, out_dir / "document-lengths.png")
+        lengths_image = figure_image(fig, out_dir / "document-lengths.png", "document lengths")
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
         for method in (str(m) for m in arrays["packing_methods"]):
             ax.hist(arrays[f"sequence_tokens_{method}"], bins=40, histtype="step", linewidth=1.4, label=method)
         ax.set(title="Document tokens per packed sequence", xlabel="tokens", ylabel="sequences (log scale)")
         ax.set_yscale("log")  # full sequences dominate; the partial ones are what differs
         ax.legend(fontsize=8)
-        _save(fig, out_dir / "sequence-fill.png")
-        return ('<div class="grid">' + image("document-lengths.png", "document lengths")
-                + image("sequence-fill.png", "tokens per sequence") + "</div>")
+        fill_image = figure_image(fig, out_dir / "sequence-fill.png", "tokens per sequence")
+        return '<div class="grid">' + lengths_image + fill_image + "</div>"
 
 
 class LossCurvesSection(ReportSection):
@@ -115,13 +113,7 @@ class FactRecallSection(ReportSection):
         return table(rows, ("outcome", "share"))
 
 
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-for _section in (PackingStatsSection(), LengthHistogramsSection(), LossCurvesSection(), FactRecallSection()):
-    register_section("pretraining", _section)
-
-from testbed.pretrain import outlier_report  # noqa: E402,F401  (the outlier and W8A8 sections, after these)
+# The pretraining report's own sections, after the metric curves: packing and fact recall, then
+# the outlier and W8A8 sections.
+LAYOUT = ReportLayout(after_metrics=(PackingStatsSection(), LengthHistogramsSection(), LossCurvesSection(),
+                                     FactRecallSection(), *OUTLIER_SECTIONS))

@@ -1,6 +1,5 @@
-"""Reports: an HTML page with tables and matplotlib plots for every run folder."""
+"""Reports: an HTML page with tables and matplotlib plots for every run folder.
 
-from testbed.report.render import RunData, render_report
-from testbed.report.sections import SECTIONS, ReportSection, register_section
-
-__all__ = ["RunData", "render_report", "SECTIONS", "ReportSection", "register_section"]
+`render` assembles a run's page from sections (`sections`), `plots` draws their figures, `sweep`
+renders a sweep's comparison page. Import the module you need; nothing is imported here.
+"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,13 @@ def numeric_series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float]
     return series
 
 
+def image(name: str, alt: str) -> str:
+    """The report's <figure> for the PNG ``name`` beside the page."""
+    return f'<figure><img src="{html.escape(name)}" alt="{html.escape(alt)}"></figure>'
+
+
 def figure_image(fig, path: Path, alt: str | None = None) -> str:
     """Lay out, save and close ``fig`` as ``path``; return the report's <img> for it."""
-    from testbed.report.sections import image
-
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

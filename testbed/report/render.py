@@ -7,11 +7,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from testbed.report.sections import SECTIONS, ConfigSection
+from testbed.report.sections import ConfigSection, MetricCurvesSection, ReportLayout, ReportSection, SummarySection
 from testbed.run import RunFolder
 
 STYLE = """
@@ -38,13 +39,19 @@ class RunData:
         return cls(run.path, run.read_config(), run.read_metrics(), run.read_summary(), run.read_artifacts())
 
 
-def render_report(run: RunFolder) -> Path:
-    """(Re-)render the report of a run folder; returns the path of index.html."""
-    import testbed.runners  # noqa: F401  (each scenario kind registers its report sections on import)
+def render_report(run: RunFolder, layout: ReportLayout | None = None,
+                  extra: Sequence[ReportSection] = ()) -> Path:
+    """(Re-)render the report of a run folder; returns the path of index.html.
 
+    The page is the summary, the ``layout``'s sections that belong right below it (a report
+    kind's own findings), every metric's curve, the layout's later sections, ``extra`` (a
+    workload's sections) and the scenario as run.
+    """
     data = RunData.load(run)
     kind = data.config.get("report", {}).get("kind", "training")
-    sections = SECTIONS.get(kind, SECTIONS["training"]) + _workload_sections(data.config) + [ConfigSection()]
+    layout = layout or ReportLayout()
+    sections = [SummarySection(), *layout.after_summary, MetricCurvesSection(), *layout.after_metrics, *extra,
+                ConfigSection()]
     title = f"{data.config.get('name', run.path.name)}: {kind} report"
     return publish_page(run, title, lambda out_dir: "".join(_section(s, data, out_dir) for s in sections))
 
@@ -69,14 +76,6 @@ def publish_page(run: RunFolder, title: str, build_body: Callable[[Path], str]) 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return run.report_dir / "index.html"
-
-
-def _workload_sections(config: dict[str, Any]) -> list[Any]:
-    """The sections a ``kind: workload`` run's workload adds to its report."""
-    from testbed.workloads import WORKLOADS
-
-    name = (config.get("workload") or {}).get("name")
-    return list(WORKLOADS[name].report_sections) if config.get("kind") == "workload" and name in WORKLOADS else []
 
 
 def _section(section: Any, data: RunData, out_dir: Path) -> str:

@@ -1,8 +1,8 @@
-"""Report sections, and which sections each report kind shows.
+"""Report sections, and the layout a report kind adds to the generic page.
 
-A section turns a run's data into an HTML fragment (and any PNGs it needs). Scenario kinds extend
-the report by registering sections for their report kind; every kind starts with the general
-training sections below.
+A section turns a run's data into an HTML fragment (and any PNGs it needs). Every page has the
+generic sections below (summary, metric curves, scenario); a report kind adds its own through a
+`ReportLayout` that its package exports and `testbed.kinds.REPORT_LAYOUTS` names.
 """
 
 from __future__ import annotations
@@ -10,18 +10,16 @@ from __future__ import annotations
 import html
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from testbed.report.plots import numeric_series, plot_curve, safe_name, x_axis
+from testbed.report.plots import image, numeric_series, plot_curve, safe_name, x_axis
 
 if TYPE_CHECKING:
     from testbed.report.render import RunData
-
-SECTIONS: dict[str, list["ReportSection"]] = {}
-
 
 class ReportSection(ABC):
     """One titled part of a report page."""
@@ -34,15 +32,31 @@ class ReportSection(ABC):
         write any images into ``out_dir``."""
 
 
-def register_section(report_kind: str, section: ReportSection, after_summary: bool = False) -> None:
-    """Add a section to the reports of one kind ("training", "robustness", ...).
+class ArraySection(ReportSection):
+    """A section drawn from the run's report arrays (artifacts.npz). When the run did not record
+    the arrays it ``requires`` the section shows ``missing`` (by default: it is left out of the
+    page). Subclasses implement `body`."""
 
-    ``after_summary`` places it right below the summary, above the generic metric curves: where a
-    kind's own findings belong.
-    """
-    sections = SECTIONS.setdefault(report_kind, [])
-    summaries = sum(isinstance(s, SummarySection) for s in sections)
-    sections.insert(summaries, section) if after_summary else sections.append(section)
+    requires: tuple[str, ...] = ()
+    missing: str = ""
+
+    def render(self, data: "RunData", out_dir: Path) -> str:
+        if any(key not in data.artifacts for key in self.requires):
+            return self.missing
+        return self.body(data.artifacts, data, out_dir)
+
+    @abstractmethod
+    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
+        """The section's HTML, given that every required array is present."""
+
+
+@dataclass(frozen=True)
+class ReportLayout:
+    """The sections a report kind adds: right below the summary (its own findings, first) and
+    after the generic metric curves."""
+
+    after_summary: tuple[ReportSection, ...] = ()
+    after_metrics: tuple[ReportSection, ...] = ()
 
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
@@ -51,10 +65,6 @@ def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def image(name: str, alt: str) -> str:
-    return f'<figure><img src="{html.escape(name)}" alt="{html.escape(alt)}"></figure>'
 
 
 class SummarySection(ReportSection):
@@ -98,7 +108,3 @@ class ConfigSection(ReportSection):
         versions = json.dumps((data.summary or {}).get("versions", {}), indent=1)
         return f"<pre>{html.escape(text)}</pre><p>Versions: <code>{html.escape(versions)}</code></p>"
 
-
-for _kind in ("training", "robustness", "privacy", "pretraining"):
-    register_section(_kind, SummarySection())
-    register_section(_kind, MetricCurvesSection())

@@ -1,4 +1,4 @@
-"""The workload interface and its registry.
+"""The workload interface; `testbed.workloads.registry` lists the workloads.
 
 A workload is the unit a scenario trains: it builds itself from its own typed config, the data
 config and a `SeedTree`, trains for N steps, evaluates with its own metrics, and saves and
@@ -15,14 +15,11 @@ import numpy as np
 import torch
 
 from testbed.config import StrictModel
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 
 if TYPE_CHECKING:
     from testbed.report.sections import ReportSection
-
-WORKLOADS: dict[str, type["Workload"]] = {}
-
 
 def snapshot(value: Any) -> Any:
     """A checkpointable copy of one piece of workload state."""
@@ -54,14 +51,6 @@ def restored(current: Any, saved: Any) -> Any:
     return current
 
 
-def register(cls: type["Workload"]) -> type["Workload"]:
-    """Class decorator adding a workload to `WORKLOADS` under its ``name``."""
-    if cls.name in WORKLOADS:
-        raise RuntimeError(f"workload '{cls.name}' registered twice")
-    WORKLOADS[cls.name] = cls
-    return cls
-
-
 class Workload(ABC):
     """Base class of every scenario workload."""
 
@@ -82,10 +71,11 @@ class Workload(ABC):
         self.data_config = data
         self.seeds = seeds
 
-    @classmethod
-    def check(cls, config: StrictModel, data: DataConfig) -> None:
+    @staticmethod
+    def check(config: Any, data: DataConfig) -> None:
         """Reject config/data combinations that cannot work: raise `ScenarioError("workload.<field>: ...")`;
-        the loader prefixes the scenario file."""
+        the loader prefixes the scenario file. Built-in workloads set ``check = staticmethod(config.check)``
+        from their torch-free config module, which the registry calls without importing the class."""
 
     @abstractmethod
     def train(self, steps: int) -> dict[str, float]:

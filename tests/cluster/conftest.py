@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster import local
+from testbed.cluster import local
 
 
 def process_tree(pid: int) -> list[psutil.Process]:

@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from cluster import hostfiles, local
+from testbed.cluster import hostfiles, local
 from tests.cluster.conftest import command_line, process_tree, read_json_lines, still_running
 from tests.decentralized.conftest import TINY as DECENTRALIZED
 from tests.decentralized.test_dec_engines import _assert_same_run

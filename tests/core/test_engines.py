@@ -7,10 +7,11 @@ import socket
 
 import pytest
 
-from testbed.engines import InProcessEngine, make_engine
-from testbed.engines.ray_engine import check_ray_address
+from testbed.engines.base import InProcessEngine
+from testbed.engines.config import LocalEngineConfig, RayEngineConfig
+from testbed.cluster.addresses import check_ray_address
+from testbed.engines.registry import make_engine
 from testbed.errors import UserError
-from testbed.scenario import LocalEngineConfig, RayEngineConfig
 
 
 def _square(x: int) -> int:
@@ -18,16 +19,31 @@ def _square(x: int) -> int:
 
 
 def test_inprocess_engine_maps_in_order():
-    with InProcessEngine() as engine:
+    with InProcessEngine(LocalEngineConfig()) as engine:
         assert engine.map(_square, [(3,), (1,), (2,)]) == [9, 1, 4]
         assert engine.call(_square, 5) == 25
 
 
-def test_local_engine_uses_ray_only_when_there_is_parallel_work():
-    assert isinstance(make_engine(LocalEngineConfig(), parallel_tasks=1), InProcessEngine)
-    assert make_engine(LocalEngineConfig(), parallel_tasks=4).name == "local"
-    assert make_engine(LocalEngineConfig(use_ray="always"), parallel_tasks=1).name == "local"
-    assert isinstance(make_engine(LocalEngineConfig(use_ray="never"), parallel_tasks=8), InProcessEngine)
+def test_inprocess_engine_runs_parallel_calls_in_threads_in_order():
+    with InProcessEngine(LocalEngineConfig()) as engine:
+        assert engine.map(_square, [(n,) for n in range(6)], parallel=3) == [0, 1, 4, 9, 16, 25]
+
+
+def test_local_engine_uses_ray_only_when_there_is_parallel_work_or_a_kind_needs_ray():
+    tasks = {"tasks"}
+    assert isinstance(make_engine(LocalEngineConfig(), tasks, parallel_tasks=1), InProcessEngine)
+    assert make_engine(LocalEngineConfig(), tasks, parallel_tasks=4).name == "local"
+    assert make_engine(LocalEngineConfig(), {"ray"}, parallel_tasks=1).name == "local"
+    assert make_engine(LocalEngineConfig(use_ray="always"), tasks, parallel_tasks=1).name == "local"
+    assert isinstance(make_engine(LocalEngineConfig(use_ray="never"), tasks, parallel_tasks=8), InProcessEngine)
+
+
+def test_engines_offer_what_their_settings_declare():
+    inprocess = make_engine(LocalEngineConfig(), {"tasks"}, parallel_tasks=1)
+    assert inprocess.offers("tasks") and inprocess.offers("torch_distributed") and not inprocess.offers("actors")
+    assert make_engine(LocalEngineConfig(), {"tasks"}, parallel_tasks=4).offers("actors")
+    with pytest.raises(RuntimeError, match="does not offer 'spmd'"):
+        inprocess.spmd(_square, 2)
 
 
 def test_ray_address_check_fails_fast_for_a_silent_port():
@@ -69,7 +85,8 @@ def test_ray_engine_on_three_nodes_matches_local(cli, write_scenario, tmp_path, 
 def test_ray_engine_spreads_tasks_over_the_nodes(three_node_cluster):
     import ray
 
-    with make_engine(RayEngineConfig(type="ray", address=three_node_cluster.address), parallel_tasks=3) as engine:
+    with make_engine(RayEngineConfig(type="ray", address=three_node_cluster.address), {"tasks"},
+                     parallel_tasks=3) as engine:
         nodes = engine.map(_node_of_task, [(0.5,)] * 6)
         assert engine.describe()["nodes"] == 3
     assert len(set(nodes)) >= 2

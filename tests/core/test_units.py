@@ -11,7 +11,7 @@ import torch
 from testbed.errors import ScenarioError, UserError
 from testbed.loading import apply_override, load_scenario, validate_raw
 from testbed.run import RunFolder
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.seeding import SeedTree
 from tests.conftest import TINY_SCENARIO
 

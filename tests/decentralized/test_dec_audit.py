@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from testbed.decentralized.audit import epsilon_from_guesses, epsilon_lower_bound, walk_attack_tables
-from topologies import build_graph, metropolis_hastings
+from testbed.topologies import build_graph, metropolis_hastings
 
 
 @pytest.mark.parametrize(("m", "r", "v", "delta", "expected"), [

@@ -69,3 +69,36 @@ def test_mpi_ranks_give_the_vectorised_model(cli, tmp_path, tiny_scenario, refer
 
     assert json.loads((run / "summary.json").read_text())["engine"]["type"] == "mpi"
     _assert_same_run(run, reference_run)
+
+
+class _OneRank:
+    """A communicator of one rank with mpi4py's interface: what `Engine.spmd` hands each rank."""
+
+    rank, size = 0, 1
+
+    def allgather(self, value):
+        return [value]
+
+    def gather(self, value, root=0):
+        return [value]
+
+
+@pytest.mark.parametrize("algorithm", ["random_walk", "gossip", "local_dp"])
+def test_the_spmd_nodes_need_only_the_communicator_they_are_given(tiny_scenario, algorithm):
+    """The SPMD path runs on any communicator: on one rank it computes what the vectorised path does."""
+    import torch
+
+    from testbed.decentralized.backends import local_chunk, prepared
+    from testbed.decentralized.phase import PhaseArgs
+    from testbed.decentralized.spmd_nodes import spmd_chunk
+    from testbed.decentralized.steps import initial_state
+    from testbed.scenario import Scenario
+
+    data = Scenario.model_validate(tiny_scenario).model_dump(mode="json")
+    args = PhaseArgs(algorithm, 0.2, 1.0, 6, 6, 3)
+    problem, phase, _ = prepared(data, args)
+    spmd_state, spmd_records = spmd_chunk(_OneRank(), data, args, initial_state(problem, phase), 0, 6)
+    local_state, local_records = local_chunk(data, args, initial_state(problem, phase), 0, 6)
+    assert spmd_records == local_records
+    for key, value in local_state.items():
+        assert torch.equal(spmd_state[key], value), key

@@ -17,7 +17,7 @@ from testbed.decentralized.privacy import (
     to_epsilon,
     walk_unit_rho,
 )
-from topologies import build_graph, gossip_pndp, metropolis_hastings, random_walk_pndp
+from testbed.topologies import build_graph, gossip_pndp, metropolis_hastings, random_walk_pndp
 
 OFF = ~np.eye(16, dtype=bool)
 

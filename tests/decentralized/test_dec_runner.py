@@ -119,7 +119,7 @@ def test_accounting_only_run_compares_the_three_algorithms_without_data(cli, tmp
         local = artifacts["comparison.1.local_dp.mean"]
         np.testing.assert_allclose(local, [2.0 / 2.0])  # alpha / (2 sigma^2), alpha = 2, sigma = 1
         walk = artifacts["comparison.1.random_walk.mean"]  # K_6 with W = 11^T/6: alpha T H_T/(sigma^2 n^2)
-        from topologies import harmonic_number, metropolis_hastings, walk_length, build_graph
+        from testbed.topologies import harmonic_number, metropolis_hastings, walk_length, build_graph
 
         T = walk_length(metropolis_hastings(build_graph("complete", n=6)), 1.0)
         np.testing.assert_allclose(walk, [2.0 * T * harmonic_number(T) / 36.0], rtol=1e-9)

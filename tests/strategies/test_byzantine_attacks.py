@@ -4,8 +4,8 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from strategies.attacks import ATTACKS, poison_labels, poison_updates, random_model_vector
-from strategies.omniscient import lie, lie_z, min_max, min_sum
+from testbed.strategies.attacks import ATTACKS, poison_labels, poison_updates, random_model_vector
+from testbed.strategies.omniscient import lie, lie_z, min_max, min_sum
 
 
 def _gen(seed: int = 0) -> torch.Generator:

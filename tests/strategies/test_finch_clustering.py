@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from strategies.finch import finch, merge_to
+from testbed.strategies.finch import finch, merge_to
 
 
 def test_first_partition_separates_two_groups():

@@ -17,7 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 from ray import cloudpickle
 
-from strategies import SDEA
+from testbed.strategies import SDEA
 
 NUM_CLIENTS, NUM_ROUNDS, MALICIOUS = 6, 2, {4, 5}
 PUBLIC, TEST = 200, 300  # first rows public, next rows test, the rest split among clients

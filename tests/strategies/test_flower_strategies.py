@@ -10,7 +10,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, Message, MessageType, Metadata, MetricRecord, RecordDict
 
-from strategies import RFA, SDEA, DnC, FLTrust, ServerSideAttack
+from testbed.strategies import RFA, SDEA, DnC, FLTrust, ServerSideAttack
 
 GLOBAL = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
 

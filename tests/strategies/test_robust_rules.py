@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from strategies.robust import AGGREGATORS, aggregate, dnc, fltrust, geometric_median, mean
+from testbed.strategies.robust import AGGREGATORS, aggregate, dnc, fltrust, geometric_median, mean
 
 
 def _cluster_with_outlier(n_honest: int = 5, dim: int = 40, seed: int = 0) -> torch.Tensor:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from strategies.sdea import cooperative_weights, entropy_objective, learn_weights, mix_states, sdea_weights
+from testbed.strategies.sdea import cooperative_weights, entropy_objective, learn_weights, mix_states, sdea_weights
 
 NUM_CLASSES, DIM = 4, 8
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from strategies.vectors import flatten_state, stack_states, unflatten_state
+from testbed.strategies.vectors import flatten_state, stack_states, unflatten_state
 
 
 def test_round_trip_keeps_shapes_dtypes_and_rounds_int_buffers():

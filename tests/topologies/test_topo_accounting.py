@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from topologies import (
+from testbed.topologies import (
     TopologyError,
     build_graph,
     clip_to_local,

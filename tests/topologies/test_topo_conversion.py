@@ -6,7 +6,7 @@ import pytest
 from opacus.accountants import RDPAccountant
 from opacus.accountants.analysis import rdp as opacus_rdp
 
-from topologies import (
+from testbed.topologies import (
     TopologyError,
     epsilon_by_distance,
     linear_rdp_to_dp,
@@ -144,7 +144,7 @@ def test_epsilon_by_distance_from_selected_sources():
 
 def test_chunked_processing_gives_the_same_results(monkeypatch):
     # Prepare: a small block size forces many chunks and source blocks
-    import topologies.conversion as conversion
+    import testbed.topologies.conversion as conversion
 
     graph = nx.karate_club_graph()
     eps = np.random.default_rng(0).random((34, 34))

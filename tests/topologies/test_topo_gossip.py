@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from topologies import build_graph, gossip_pndp, metropolis_hastings
+from testbed.topologies import build_graph, gossip_pndp, metropolis_hastings
 
 
 def _reference(w, rounds, first_power, sigma, alpha):

@@ -3,8 +3,8 @@
 import networkx as nx
 import pytest
 
-from topologies import GRAPH_BUILDERS, TopologyError, build_graph, graph_from_spec
-from topologies.graphs import erdos_renyi
+from testbed.topologies import GRAPH_BUILDERS, TopologyError, build_graph, graph_from_spec
+from testbed.topologies.graphs import erdos_renyi
 
 RANDOM_SPECS = {
     "erdos_renyi": {"n": 60},

@@ -4,7 +4,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from topologies import (
+from testbed.topologies import (
     TopologyError,
     build_graph,
     eigenvalues,
@@ -176,8 +176,8 @@ def test_transition_matrix_of_disconnected_graph_is_refused():
 
 
 def test_large_sparse_walks_take_the_lanczos_path_and_match_the_dense_spectrum():
-    from topologies import build_graph
-    from topologies.spectral import SPARSE_SPECTRUM_FROM, eigenvalues
+    from testbed.topologies import build_graph
+    from testbed.topologies.spectral import SPARSE_SPECTRUM_FROM, eigenvalues
 
     walk = metropolis_hastings(build_graph("erdos_renyi", n=SPARSE_SPECTRUM_FROM, seed=3), sparse=True)
     dense = eigenvalues(walk)

@@ -7,6 +7,6 @@ from testbed.determinism import single_threaded
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """One torch (and BLAS) thread, as `testbed.runners.workload` trains: results then repeat exactly."""
+    """One torch (and BLAS) thread, as `testbed.workloads.runner` trains: results then repeat exactly."""
     with single_threaded():
         yield

@@ -11,10 +11,11 @@ from torch import nn
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.aco import AcquisitionSettings, NeighbourOracle, candidate_masks, rollout
 from testbed.workloads.aco.data import cube_dataset, parity_dataset
-from testbed.workloads.aco.policy import aco_chooser, greedy_chooser, random_chooser
+from testbed.workloads.aco.policy import (
+    AcquisitionSettings, NeighbourOracle, aco_chooser, candidate_masks, greedy_chooser, random_chooser, rollout,
+)
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 SETTINGS = AcquisitionSettings(cost=0.05, neighbours=5, exhaustive_up_to=4, random_candidates=16)

@@ -8,7 +8,7 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer, mixed_batch
@@ -138,9 +138,9 @@ def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost(
 def test_online_loop_stores_real_transitions_and_closes_an_episode_at_the_step_limit():
     from testbed.seeding import SeedTree
     from testbed.workloads.atradiff.learner import OnlineLoop
-    from testbed.workloads.atradiff.workload import AtraDiffConfig
+    from testbed.workloads.atradiff.config import ATraDiffConfig
 
-    loop = OnlineLoop(AtraDiffConfig(warmup_steps=mc.MAX_STEPS + 10, sac_hidden=8), SeedTree(0))
+    loop = OnlineLoop(ATraDiffConfig(warmup_steps=mc.MAX_STEPS + 10, sac_hidden=8), SeedTree(0))
     for _ in range(mc.MAX_STEPS + 3):  # random warm-up actions never reach the flag this fast
         loop.env_step()
     data = {k: v[: loop.real.size].numpy() for k, v in loop.real.data.items()}

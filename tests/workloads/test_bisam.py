@@ -12,10 +12,10 @@ from torch.nn import functional as F
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.bisam import BiSAM, LowerBoundSurrogate, zero_one_loss
-from testbed.workloads.bisam.surrogate import phi_neg_log, phi_tanh
+from testbed.workloads.bisam.optimizer import BiSAM
+from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, phi_neg_log, phi_tanh, zero_one_loss
 from testbed.workloads.bisam.workload import corrupt_labels
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 
@@ -188,8 +188,8 @@ def test_bad_values_are_refused_naming_the_field(field, value):
 
 
 def test_federated_clients_train_with_the_sharpness_aware_update(monkeypatch):
-    from testbed.workloads.bisam import BiSAMWorkload
     from testbed.workloads.bisam import workload as module
+    from testbed.workloads.bisam.workload import BiSAMWorkload
 
     workload = build_workload(scenario(variant="bisam", hidden=32))
     ascents = []

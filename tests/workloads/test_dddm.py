@@ -7,8 +7,8 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.dddm import diffusion, quality
+from testbed.workloads.dddm import diffusion, metrics
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 
@@ -86,12 +86,12 @@ def test_metrics_and_distances():
     c = 0.1
     assert torch.allclose(diffusion.pseudo_huber(a, b, c), ((a - b).pow(2).sum(1) + c * c).sqrt() - c)
     assert torch.equal(diffusion.pseudo_huber(a, a, c), torch.zeros(50))
-    points = quality.eight_gaussians(500, torch.Generator().manual_seed(0))
-    assert quality.mmd(points, points) == pytest.approx(0.0, abs=1e-6)
-    assert quality.mode_fraction(quality.CENTRES.repeat(3, 1)) == 1.0
+    points = metrics.eight_gaussians(500, torch.Generator().manual_seed(0))
+    assert metrics.mmd(points, points) == pytest.approx(0.0, abs=1e-6)
+    assert metrics.mode_fraction(metrics.CENTRES.repeat(3, 1)) == 1.0
     feats = torch.randn(3000, 3, generator=torch.Generator().manual_seed(1))
     shifted = feats + torch.tensor([1.0, 2.0, 0.0])
-    assert quality.frechet_distance(feats, shifted) == pytest.approx(5.0, rel=1e-6)
+    assert metrics.frechet_distance(feats, shifted) == pytest.approx(5.0, rel=1e-6)
 
 
 def test_pseudo_lpips_is_zero_on_equal_images_and_symmetric():

@@ -9,10 +9,10 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
 from testbed.workloads.dfm import codesign as chains
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 

@@ -9,8 +9,8 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.floodgnn import ComGNN, MessagePassingGNN
+from testbed.workloads.runner import build_workload
+from testbed.workloads.floodgnn.models import ComGNN, MessagePassingGNN
 from testbed.workloads.floodgnn.hydraulics import Storm, simulate
 from testbed.workloads.floodgnn.models import fit_rain_increment, flux_divergence, matched_baseline, parameter_count
 from testbed.workloads.floodgnn.terrain import d8_edges, flow_accumulation, regions

@@ -8,7 +8,7 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.workloads.gpgvae import games, model
 
 # Small but enough: 6 complement + 6 substitute graphs, a 200-game pretraining set for the type classifier.

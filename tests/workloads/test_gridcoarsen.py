@@ -9,8 +9,8 @@ from scipy.spatial import cKDTree
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.gridcoarsen import geometry, topology
+from testbed.workloads.runner import build_workload
+from testbed.workloads.gridcoarsen.geometry import geometry, topology
 from testbed.workloads.gridcoarsen.solver import Physics, net_outflow, rollout, transmissibility
 from tests.workloads.helpers import resumed_and_uninterrupted
 

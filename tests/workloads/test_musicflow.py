@@ -8,7 +8,7 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.workloads.musicflow import data, flow, metrics
 from tests.workloads.helpers import resumed_and_uninterrupted
 

@@ -17,11 +17,13 @@ from torch import nn
 from testbed.data import load_dataset
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.oodrobust import OodConfig, effective_robustness, evaluate_ood, fit_line
 from testbed.workloads.oodrobust import attacks
+from testbed.workloads.oodrobust.benchmark import evaluate_ood
+from testbed.workloads.oodrobust.config import OodConfig
+from testbed.workloads.oodrobust.fit import effective_robustness, fit_line
 from testbed.workloads.oodrobust.shifts import CORRUPTIONS, corrupt
 from testbed.workloads.oodrobust.typeset import typeset_digits
+from testbed.workloads.runner import build_workload
 
 SMALL = {"population": 6, "widths": [32, 64], "epsilons": [0.1, 0.2],
          "evaluation": {"eval_size": 150, "attack_steps": 10, "corruptions": ["gaussian_noise", "contrast", "translate"],

@@ -8,10 +8,9 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
-from testbed.workloads.strwae import hsic, mmd, mutual_independence
+from testbed.workloads.runner import build_workload
 from testbed.workloads.strwae.data import NUM_LIGHTS, light_ramps, lit_digits
-from testbed.workloads.strwae.kernels import category_gram, gaussian_gram
+from testbed.workloads.strwae.kernels import category_gram, gaussian_gram, hsic, mmd, mutual_independence
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 

@@ -7,7 +7,7 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.runners.workload import build_workload
+from testbed.workloads.runner import build_workload
 from testbed.workloads.vsdm import bridge as bridge_module
 from testbed.workloads.vsdm.dynamics import (
     Schedule, conditional_covariance, mean_factor, simulate_forward,

@@ -1,7 +1,8 @@
 """ACO (Valancius, Lennon, Oliva, ICML 2024): the acquisition conditioned oracle for non-greedy
-active feature acquisition, its greedy and random baselines, and the ``aco`` workload."""
+active feature acquisition, its greedy and random baselines, and the ``aco`` workload.
 
-from testbed.workloads.aco.policy import AcquisitionSettings, NeighbourOracle, candidate_masks, rollout
-from testbed.workloads.aco.workload import ACOConfig, ACOWorkload
-
-__all__ = ["ACOConfig", "ACOWorkload", "AcquisitionSettings", "NeighbourOracle", "candidate_masks", "rollout"]
+``config`` holds the workload's typed config and check (torch-free), ``data`` the synthetic and
+tabular sets, ``masked`` the arbitrary-subset classifier, ``policy`` the oracle and the
+acquisition policies, ``metrics`` their roll-outs and scores, ``report`` the report sections and
+``workload`` the `ACOWorkload`.
+"""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from testbed.data import Dataset, load_selected, train_test_split
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 
 
 def parity_dataset(num_samples: int, num_features: int, informative: int, rng: np.random.Generator) -> Dataset:

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from testbed.workloads.training import optimizer_step
+
 
 class MaskedClassifier(nn.Module):
     """MLP on ``[x * m, m]`` predicting class logits from any subset of features."""
@@ -45,9 +47,5 @@ def train_masked_steps(model: MaskedClassifier, optimizer: torch.optim.Optimizer
     for _ in range(steps):
         batch = batch_indices()
         mask = random_masks(len(batch), x.shape[1], generator)
-        loss = F.cross_entropy(model(x[batch], mask), y[batch])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total += loss.item()
+        total += optimizer_step(optimizer, F.cross_entropy(model(x[batch], mask), y[batch]))
     return total / steps

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from testbed.report.plots import plot_curve
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
+from testbed.report.sections import ArraySection, image, table
 
 
-class AccuracyCostSection(ReportSection):
+class AccuracyCostSection(ArraySection):
     """Accuracy against the mean number of acquired features, one point per cost alpha (the paper's plot)."""
 
     title = "Accuracy against acquisition cost (test instances)"
+    requires = ("policies", "curve_cost", "curve_accuracy", "curve_features")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "curve_accuracy" not in arrays:
-            return "<p>No accuracy-cost curve was saved (the run has not finished).</p>"
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         names = [str(n) for n in arrays["policies"]]
         lines = {name: (arrays["curve_features"][i].tolist(), arrays["curve_accuracy"][i].tolist())
                  for i, name in enumerate(names)}
@@ -29,15 +28,13 @@ class AccuracyCostSection(ReportSection):
         return image(path.name, "accuracy against cost") + table(rows, ("cost alpha", *names))
 
 
-class FeatureFrequencySection(ReportSection):
+class FeatureFrequencySection(ArraySection):
     """How often each policy acquires each feature, at the configured cost."""
 
     title = "Features acquired, by policy (share of test instances)"
+    requires = ("policies", "acquired_frequency")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "acquired_frequency" not in arrays:
-            return "<p>No acquisition frequencies were saved (the run has not finished).</p>"
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         features = list(range(arrays["acquired_frequency"].shape[1]))
         lines = {str(name): (features, arrays["acquired_frequency"][i].tolist())
                  for i, name in enumerate(arrays["policies"])}

@@ -12,84 +12,31 @@ The data come from ``source`` (see `testbed.workloads.aco.data`): the synthetic 
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field, field_validator
 from torch import nn
 
-from testbed.config import StrictModel
-from testbed.data import load_selected
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
+from testbed.workloads.aco.config import ACOConfig, check
 from testbed.workloads.aco.data import acquisition_data
-from testbed.workloads.aco.evaluation import POLICIES, run_policies, score_masks
 from testbed.workloads.aco.masked import MaskedClassifier, train_masked_steps
+from testbed.workloads.aco.metrics import run_policies, score_masks
 from testbed.workloads.aco.policy import AcquisitionSettings
 from testbed.workloads.aco.report import AccuracyCostSection, FeatureFrequencySection
-from testbed.workloads.base import Workload, register
-from testbed.workloads.classifier import BatchStream
-
-Policy = Literal["aco", "greedy", "random"]
+from testbed.workloads.base import Workload
+from testbed.workloads.classifier.model import BatchStream
 
 
-class ACOConfig(StrictModel):
-    """Data source, arbitrary-subset classifier, and the acquisition policies with their estimator."""
-
-    source: Literal["parity", "cube", "tabular"] = "parity"
-    num_samples: int = Field(3000, ge=50, description="synthetic sources: instances generated")
-    num_features: int = Field(10, ge=2, le=24, description="parity: features in all")
-    informative: int = Field(2, ge=2, description="parity: features whose sign parity is the label")
-    sigma: float = Field(0.3, gt=0, description="cube: noise of the informative features")
-    hidden: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(128, gt=0)
-    policy: Policy = "aco"
-    baselines: list[Policy] = Field(default_factory=lambda: ["greedy", "random"])
-    cost: float = Field(0.05, ge=0, description="alpha: cost of acquiring one feature")
-    neighbours: int = Field(20, gt=0, description="k nearest training instances of the estimator")
-    exhaustive_up_to: int = Field(10, ge=0, le=14, description="enumerate all subsets up to this many unobserved")
-    random_candidates: int = Field(256, gt=0, description="random candidate subsets beyond that")
-    eval_instances: int = Field(200, gt=0)
-    cost_grid: list[float] = Field(default_factory=lambda: [0.01, 0.03, 0.1, 0.3])
-
-    @field_validator("cost_grid")
-    @classmethod
-    def _non_negative_costs(cls, grid: list[float]) -> list[float]:
-        if not grid or any(c < 0 for c in grid):
-            raise ValueError("needs at least one cost, all non-negative")
-        return grid
-
-    @property
-    def policies(self) -> list[str]:
-        """The headline policy and the baselines, each once, in the canonical order."""
-        return [p for p in POLICIES if p == self.policy or p in self.baselines]
-
-
-@register
 class ACOWorkload(Workload):
     """Active feature acquisition: ACO against greedy and random acquisition (accuracy vs cost)."""
 
     name = "aco"
     Config = ACOConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "mask_generator", "steps_done")
-    summary = "ACO: non-greedy active feature acquisition from nearest neighbours; aco|greedy|random"
     headline_metric = ("test_accuracy", "max")
     report_sections = [AccuracyCostSection(), FeatureFrequencySection()]
-
-    @classmethod
-    def check(cls, config: ACOConfig, data: DataConfig) -> None:
-        if config.source == "parity" and config.informative > config.num_features:
-            raise ScenarioError(f"workload.informative: {config.informative} informative features need "
-                                f"num_features >= {config.informative} (got {config.num_features})")
-        if "random" in config.policies and "aco" not in config.policies:
-            raise ScenarioError("workload.baselines: 'random' acquires as many features as ACO did on the same "
-                                "instance, so 'aco' must be the policy or a baseline")
-        if config.source == "tabular" and load_selected(data).image_shape is not None:
-            raise ScenarioError(f"workload.source: 'tabular' needs a tabular data.dataset, got image data "
-                                f"'{data.dataset}' (use breast_cancer, wine or iris)")
 
     def __init__(self, config: ACOConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)

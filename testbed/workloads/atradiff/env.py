@@ -13,8 +13,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from testbed.workloads.atradiff.config import MAX_STEPS
+
 ENV_ID = "MountainCarContinuous-v0"
-MAX_STEPS = 999
 GOAL = 0.45
 CHANNELS = 5  # pos, vel, action, reward, done
 REWARD = 3  # the reward channel, modelled in symlog units (see ``normalise``)

@@ -18,6 +18,7 @@ import torch
 from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer
+from testbed.workloads.training import optimizer_step
 
 
 def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: torch.Tensor, steps: int,
@@ -26,10 +27,7 @@ def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: torch
     for _ in range(steps):
         index = torch.randint(0, len(data), (batch,), generator=generator)
         loss = diffusion.denoising_loss(model, data[index], generator, mask=mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total += loss.item()
+        total += optimizer_step(optimizer, loss)
     return total / max(steps, 1)
 
 
@@ -71,9 +69,7 @@ class TrajectoryGenerator:
         for _ in range(steps):
             index = torch.randint(0, len(states), (batch,), generator=generator)
             loss = (self.estimator(states[index.numpy()]) - targets[index]).pow(2).mean()
-            self.estimator_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.estimator_opt.step()
+            optimizer_step(self.estimator_opt, loss)
 
     def generate(self, starts: np.ndarray, sample_steps: int,
                  generator: torch.Generator) -> list[dict[str, np.ndarray]]:

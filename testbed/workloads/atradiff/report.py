@@ -4,16 +4,13 @@ and how well imagined transitions obey the environment's dynamics."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection  # noqa: E402
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection
 
 MISSING = "<p>Nothing was saved for this section (the run has not finished, or the variant has no generator).</p>"
 
@@ -44,15 +41,13 @@ class ReturnCurveSection(ReportSection):
         return figure_image(fig, out_dir / "atradiff-return.png") + note
 
 
-class ImaginedPathsSection(ReportSection):
+class ImaginedPathsSection(ArraySection):
     """Imagined trajectories (pruned) next to offline scripted ones, in the (position, velocity) plane."""
 
     title = "Imagined trajectories in phase space"
+    requires = ("imagined_paths", "offline_paths")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "imagined_paths" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100, sharex=True, sharey=True)
         for ax, key, title in ((axes[0], "offline_paths", "offline (scripted policy)"),
                                (axes[1], "imagined_paths", "imagined from fixed starts")):
@@ -64,15 +59,13 @@ class ImaginedPathsSection(ReportSection):
         return figure_image(fig, out_dir / "atradiff-paths.png")
 
 
-class DynamicsSection(ReportSection):
+class DynamicsSection(ArraySection):
     """Distribution of the one-step dynamics error of imagined transitions, against real step sizes."""
 
     title = "Dynamics consistency of imagined transitions"
+    requires = ("step_errors", "step_changes")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "step_errors" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         errors, changes = arrays["step_errors"], arrays["step_changes"]
         fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
         top = max(np.percentile(changes, 99), np.percentile(errors, 99), 1e-6)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from testbed.workloads.atradiff.env import CENTER, SCALE
+from testbed.workloads.training import optimizer_step
 
 OBS_CENTER, OBS_SCALE = torch.from_numpy(CENTER[:2]), torch.from_numpy(SCALE[:2])
 
@@ -67,18 +68,12 @@ class SAC(nn.Module):
             next_q = self.q_values(self.targets, nxt, next_act).min(1, keepdim=True).values - alpha * next_logp
             target = rew[:, None] + self.gamma * (1 - term[:, None]) * next_q
         critic_loss = (self.q_values(self.critics, obs, act[:, None]) - target).pow(2).mean()
-        self.critic_opt.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        self.critic_opt.step()
+        optimizer_step(self.critic_opt, critic_loss)
         new_act, logp = self.policy(obs, generator)
         actor_loss = (alpha * logp - self.q_values(self.critics, obs, new_act).min(1, keepdim=True).values).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
-        self.actor_opt.step()
+        optimizer_step(self.actor_opt, actor_loss)
         alpha_loss = -(self.log_alpha * (logp.detach() + 1.0)).mean()  # target entropy -1
-        self.alpha_opt.zero_grad(set_to_none=True)
-        alpha_loss.backward()
-        self.alpha_opt.step()
+        optimizer_step(self.alpha_opt, alpha_loss)
         with torch.no_grad():
             for target_p, p in zip(self.targets.parameters(), self.critics.parameters()):
                 target_p.lerp_(p, self.tau)

@@ -1,13 +1,8 @@
 """BiSAM (Xie et al., ICML 2024): sharpness-aware minimisation as a bilevel problem.
 
-`BiSAM` is an optimizer wrapper any workload or federated client can use; `LowerBoundSurrogate`
-is the family of lower bounds of the 0-1 loss its perturbation ascends; importing the package
-registers the ``bisam`` workload (the digits classifier trained with sgd | sam | bisam).
+``optimizer`` holds `BiSAM`, an optimizer wrapper any workload or federated client can use;
+``surrogate`` the family of lower bounds of the 0-1 loss its perturbation ascends
+(`LowerBoundSurrogate`); ``config`` the workload's typed config and check (torch-free);
+``workload`` the ``bisam`` workload (the digits classifier trained with sgd | sam | bisam, a
+`ClassifierWorkload` with another update) and ``report`` its perturbation-profile section.
 """
-
-from testbed.workloads.bisam.optimizer import BiSAM, frozen_batchnorm_statistics
-from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, zero_one_loss
-from testbed.workloads.bisam.workload import BiSAMConfig, BiSAMWorkload
-
-__all__ = ["BiSAM", "BiSAMConfig", "BiSAMWorkload", "LowerBoundSurrogate", "frozen_batchnorm_statistics",
-           "zero_one_loss"]

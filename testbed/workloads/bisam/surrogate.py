@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch.nn import functional as F
 
+from testbed.workloads.bisam.config import SurrogateName
+
 # gamma = log(e - 1) makes the -log function pass through the origin: 1 - log(1 + e - 1) = 0.
 NEG_LOG_GAMMA = math.log(math.e - 1.0)
-
-SurrogateName = Literal["neg_log", "tanh"]
 
 
 def logit_margins(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

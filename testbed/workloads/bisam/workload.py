@@ -14,45 +14,25 @@ federated label flipping belongs to the federated runner's attacks).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from testbed.data import Dataset, load_selected, train_test_split
-from testbed.report.plots import plot_curve
-from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image
-from testbed.scenario import DataConfig
+from testbed.data import Dataset
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import FederatedWorkload, register
+from testbed.workloads.bisam.config import BiSAMConfig, check
 from testbed.workloads.bisam.optimizer import BiSAM
-from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, SurrogateName, zero_one_loss
-from testbed.workloads.classifier import (
-    BatchStream, Classifier, ClassifierConfig, ConfusionSection, build_classifier, confusion_matrix,
-    evaluate_model, make_optimizer,
-)
+from testbed.workloads.bisam.report import PerturbationProfileSection
+from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, zero_one_loss
+from testbed.workloads.classifier.model import BatchStream, evaluate_model, make_optimizer
+from testbed.workloads.classifier.report import ConfusionSection
+from testbed.workloads.classifier.workload import ClassifierWorkload
 
 # Radii of the perturbation profile in the report, in units of rho.
 PROFILE_RADII = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0)
 PROFILE_SAMPLES = 512
-
-
-class BiSAMConfig(ClassifierConfig):
-    """The classifier's keys plus the sharpness-aware update and the label noise."""
-
-    arch: Literal["cnn", "mlp"] = "mlp"
-    hidden: int = Field(256, gt=0)
-    variant: Literal["sgd", "sam", "bisam"] = "bisam"
-    rho: float = Field(0.05, gt=0, description="radius of the weight perturbation (sam, bisam)")
-    surrogate: SurrogateName = Field("neg_log", description="phi of BiSAM's lower bound: neg_log | tanh")
-    mu: float = Field(1.0, gt=0, description="log-sum-exp temperature of Q_{phi,mu}")
-    alpha: float = Field(0.1, gt=0, description="slope of phi(t) = tanh(alpha t)")
-    label_noise: float = Field(0.0, ge=0, lt=1, description="fraction of training labels flipped")
 
 
 def corrupt_labels(labels: np.ndarray, num_classes: int, fraction: float,
@@ -159,56 +139,29 @@ def perturbation_profile(model: nn.Module, surrogate: LowerBoundSurrogate, x: to
     return profile
 
 
-class PerturbationProfileSection(ReportSection):
-    """How much each ascent direction raises the training 0-1 error, and the lower bound under it."""
+class BiSAMWorkload(ClassifierWorkload):
+    """Digits classifier trained with SGD, SAM or BiSAM (bilevel SAM with a 0-1 lower bound).
 
-    title = "0-1 error along the perturbation directions (final weights, 512 training samples)"
-
-    def render(self, data: RunData, out_dir: Path) -> str:
-        if "profile_radius" not in data.artifacts:
-            return "<p>No perturbation profile was saved (the run has not finished).</p>"
-        radii = data.artifacts["profile_radius"].tolist()
-        lines = {"0-1 error along grad Q (BiSAM)": (radii, data.artifacts["profile_error_surrogate"].tolist()),
-                 "0-1 error along grad CE (SAM)": (radii, data.artifacts["profile_error_ce"].tolist()),
-                 "Q lower bound along grad Q": (radii, data.artifacts["profile_surrogate"].tolist())}
-        path = plot_curve(out_dir / "bisam-profile.png", "perturbation strength", "radius ||eps||", lines)
-        return image(path.name, "0-1 error against perturbation radius")
-
-
-@register
-class BiSAMWorkload(FederatedWorkload):
-    """Digits classifier trained with SGD, SAM or BiSAM (bilevel SAM with a 0-1 lower bound)."""
+    The classifier's network, split, batches and checkpoint; only the update (`optimizer_for`,
+    `train`, `fit_client`), the label noise of the training split and the extra metrics and
+    report arrays are BiSAM's.
+    """
 
     name = "bisam"
     Config = BiSAMConfig
-    checkpointed = ("model", "optimizer", "stream", "steps_done")
-    summary = "BiSAM: SAM whose perturbation ascends a lower bound of the 0-1 loss; sgd|sam|bisam, label noise"
-    headline_metric = ("test_accuracy", "max")
+    check = staticmethod(check)
     report_sections = [PerturbationProfileSection(), ConfusionSection()]
-
-    @classmethod
-    def check(cls, config: BiSAMConfig, data: DataConfig) -> None:
-        Classifier.check(config, data)
 
     def __init__(self, config: BiSAMConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
-        full = load_selected(data)
-        train, self.test_set = train_test_split(full, data.test_fraction, seeds.integer("data.split"))
-        noisy, self.flipped = corrupt_labels(train.y, full.num_classes, config.label_noise,
+        train = self.train_set
+        noisy, self.flipped = corrupt_labels(train.y, train.num_classes, config.label_noise,
                                              seeds.numpy("data.label_noise"))
         self.train_set = Dataset(train.name, train.x, noisy, train.num_classes, train.image_shape)
-        torch.manual_seed(seeds.integer("model.init"))
-        self.model = build_classifier(config, full)
-        self.optimizer = make_sharpness_optimizer(self.model, config)
-        self.stream = BatchStream(len(noisy), min(config.batch_size, len(noisy)), seeds.torch("data.batches"))
-        self.steps_done = 0
-
-    def build_model(self) -> nn.Module:
-        return build_classifier(self.config, self.train_set)
 
     @classmethod
-    def model_for(cls, config: BiSAMConfig, data: Dataset) -> nn.Module:
-        return build_classifier(config, data)
+    def optimizer_for(cls, model: nn.Module, config: BiSAMConfig) -> BiSAM:
+        return make_sharpness_optimizer(model, config)
 
     @classmethod
     def fit_client(cls, model: nn.Module, data: Dataset, config: BiSAMConfig, epochs: int,
@@ -216,17 +169,13 @@ class BiSAMWorkload(FederatedWorkload):
         optimizer = make_sharpness_optimizer(model, config)
         return train_sharpness_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
 
-    @classmethod
-    def evaluate_model(cls, model: nn.Module, data: Dataset) -> dict[str, float]:
-        return {f"test_{k}": v for k, v in evaluate_model(model, data).items()}
-
     def train(self, steps: int) -> dict[str, float]:
         metrics = train_sharpness_steps(self.model, self.optimizer, self.train_set, self.stream, steps)
         self.steps_done += steps
         return metrics
 
     def evaluate(self) -> dict[str, float]:
-        metrics = self.evaluate_model(self.model, self.test_set)
+        metrics = super().evaluate()
         metrics["train_fit"] = evaluate_model(self.model, self.train_set)["accuracy"]
         if self.flipped.any():
             flipped = np.flatnonzero(self.flipped)
@@ -241,5 +190,6 @@ class BiSAMWorkload(FederatedWorkload):
         x = torch.from_numpy(self.train_set.x[:PROFILE_SAMPLES])
         y = torch.from_numpy(self.train_set.y[:PROFILE_SAMPLES])
         radii = np.asarray(PROFILE_RADII) * config.rho
+        # The profile before the confusion matrix, as it always was: undoing its perturbations is not exact.
         profile = perturbation_profile(self.model, surrogate, x, y, radii)
-        return {"confusion": confusion_matrix(self.model, self.test_set), "profile_radius": radii, **profile}
+        return {**super().artifacts(), "profile_radius": radii, **profile}

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, table  # noqa: E402
-
-MISSING = "<p>No samples were saved (the run has not finished).</p>"
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection, table
 
 
 def _workload(data: RunData) -> dict:
@@ -29,15 +24,13 @@ def _digit_rows(ax, rows: np.ndarray) -> None:
     ax.set(xticks=[], yticks=[])
 
 
-class QualitySection(ReportSection):
+class QualitySection(ArraySection):
     """Sample-to-data distance against the number of function evaluations."""
 
     title = "Sample quality against function evaluations"
+    requires = ("steps", "distance")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "distance" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         workload = _workload(data)
         digits = workload.get("dataset") == "digits"
         label = "FID-like distance (digit features)" if digits else "MMD^2 to held-out data"
@@ -53,15 +46,13 @@ class QualitySection(ReportSection):
         return figure_image(fig, out_dir / "dddm-quality.png") + table(rows, ("steps", label))
 
 
-class SamplesSection(ReportSection):
+class SamplesSection(ArraySection):
     """Samples after each number of steps, next to held-out data."""
 
     title = "Samples by number of steps"
+    requires = ("steps", "data", "samples")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "samples" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         steps, samples = arrays["steps"], arrays["samples"]
         if _workload(data).get("dataset") == "digits":
             fig, ax = plt.subplots(figsize=(10, 0.9 * (len(steps) + 1)), dpi=100)
@@ -75,15 +66,15 @@ class SamplesSection(ReportSection):
         return figure_image(fig, out_dir / "dddm-samples.png")
 
 
-class BufferSection(ReportSection):
+class BufferSection(ArraySection):
     """What the per-sample estimate buffer holds at the end of training (DDDM only)."""
 
     title = "Per-sample estimate buffer at the end of training"
+    requires = ("samples",)  # a finished run: the baseline's has no buffer to show
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         if "estimates" not in arrays:
-            return "<p>The baseline keeps no estimate buffer.</p>" if "samples" in arrays else MISSING
+            return "<p>The baseline keeps no estimate buffer.</p>"
         if _workload(data).get("dataset") == "digits":
             fig, ax = plt.subplots(figsize=(10, 1.2), dpi=100)
             _digit_rows(ax, arrays["estimates"][None, :16])

@@ -1,5 +1,7 @@
-"""Discrete Flow Models and Multiflow (Campbell, Yim et al., ICML 2024) as miniatures."""
+"""Discrete Flow Models and Multiflow (Campbell, Yim et al., ICML 2024) as miniatures.
 
-from testbed.workloads.dfm.workload import DfmConfig, DiscreteFlow
-
-__all__ = ["DfmConfig", "DiscreteFlow"]
+``config`` holds the workload's typed config and check (torch-free), ``sequences`` the sequence
+task's data, validity rule and exact denoiser, ``codesign`` the 2-D chains of the co-design task,
+``ctmc`` the corruption, losses and samplers, ``models`` the networks, ``metrics`` the metrics and
+report arrays, ``report`` the report sections and ``workload`` the `DFMWorkload`.
+"""

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, table  # noqa: E402
-from testbed.workloads.dfm import sequences as seqs  # noqa: E402
-
-MISSING = "<p>Not part of this run (another task or variant), or the run has not finished.</p>"
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection, table
+from testbed.workloads.dfm import sequences as seqs
 
 
-class ValiditySection(ReportSection):
+class ValiditySection(ArraySection):
     """Share of valid (non-decreasing) samples against the number of sampling steps."""
 
     title = "Validity against sampling steps"
+    requires = ("sweep_steps", "sweep_etas", "sweep_validity")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "sweep_validity" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "dfm")
         fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
         for eta, row in zip(arrays["sweep_etas"], arrays["sweep_validity"]):
@@ -41,15 +34,13 @@ class ValiditySection(ReportSection):
         return figure_image(fig, out_dir / "dfm-validity.png")
 
 
-class EtaInvarianceSection(ReportSection):
+class EtaInvarianceSection(ArraySection):
     """Distribution of (validity, token sum) of samples at eta = 0 and a large eta, on a fine grid."""
 
     title = "Eta leaves the output distribution unchanged"
+    requires = ("data_table", "learned_eta0", "learned_eta_large", "exact_eta0", "exact_eta_large", "exact_eta0_repeat")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "exact_eta0" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         eta = data.config.get("workload", {}).get("invariance_eta", "large")
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
         reference = arrays["data_table"][1] / arrays["data_table"].sum()
@@ -81,15 +72,13 @@ def _aligned(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     return source @ (u @ correction @ vh)
 
 
-class ChainsSection(ReportSection):
+class ChainsSection(ArraySection):
     """Co-designed chains, each with its sequence refolded by the rule and superposed."""
 
     title = "Co-designed structures and their refolded sequences"
+    requires = ("chains", "refolded", "rmsd_codesign")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "chains" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         fig, axes = plt.subplots(2, 6, figsize=(12, 4.4), dpi=100)
         shown = zip(axes.ravel(), arrays["chains"], arrays["refolded"], arrays["rmsd_codesign"])
         for ax, chain, refolded, rmsd in shown:
@@ -100,15 +89,13 @@ class ChainsSection(ReportSection):
         return figure_image(fig, out_dir / "dfm-chains.png")
 
 
-class ConsistencySection(ReportSection):
+class ConsistencySection(ArraySection):
     """RMSD between generated structures and their refolded sequences, against random pairing."""
 
     title = "Co-design consistency against random pairing"
+    requires = ("rmsd_codesign", "rmsd_random", "rmsd_threshold")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "rmsd_codesign" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
         bins = np.linspace(0, max(arrays["rmsd_random"].max(), 1.0), 40)
         ax.hist(arrays["rmsd_codesign"], bins=bins, alpha=0.7, label="co-designed pairs")

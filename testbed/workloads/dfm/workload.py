@@ -12,77 +12,34 @@ Example: ``testbed run scenarios/workloads/dfm.yaml --no-sweep --set workload.va
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.dfm import codesign as chains
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
-from testbed.workloads.dfm.evaluation import (
-    codesign_artifacts, codesign_metrics, sequence_artifacts, sequence_metrics,
-)
+from testbed.workloads.dfm.config import DFMConfig, check
+from testbed.workloads.dfm.metrics import codesign_artifacts, codesign_metrics, sequence_artifacts, sequence_metrics
 from testbed.workloads.dfm.models import JointNet, SequenceDenoiser
 from testbed.workloads.dfm.report import SECTIONS
-
-MAX_VALID = 20000  # the exact denoiser enumerates the valid set
-
-
-class DfmConfig(StrictModel):
-    """Task, variant, data rules, network and samplers of the DFM workload."""
-
-    task: Literal["sequence", "codesign"] = "sequence"
-    variant: Literal["dfm", "d3pm"] = "dfm"
-    vocab: int = Field(4, ge=2, description="sequence task: alphabet size")
-    length: int = Field(12, ge=2, description="sequence task: tokens per sequence")
-    residues: int = Field(12, ge=2, description="codesign task: residues per chain")
-    turn_degrees: float = Field(40.0, gt=0, lt=180, description="codesign: heading change of a left/right residue")
-    stay_prob: float = Field(0.7, ge=0, le=1, description="codesign: probability a residue repeats the previous type")
-    coord_noise: float = Field(0.05, ge=0, description="codesign: std of the noise on the folded coordinates")
-    rmsd_threshold: float = Field(0.5, gt=0, description="codesign: consistency threshold, in bond lengths")
-    fold_prop: float = Field(0.1, ge=0, le=0.5, description="codesign: share of folding and of inverse-folding items")
-    train_size: int = Field(4000, gt=0)
-    hidden: int = Field(256, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(256, gt=0)
-    sample_steps: int = Field(16, ge=1, description="steps of every sampler (the D3PM's T)")
-    eta: float = Field(2.0, ge=0, description="CTMC stochasticity of the DFM sampler")
-    invariance_eta: float = Field(5.0, ge=0, description="the large eta compared with eta = 0")
-    invariance_steps: int = Field(1024, ge=2, description="Euler steps of the eta-invariance comparison")
-    eval_samples: int = Field(1000, ge=10)
-    ce_weight: float = Field(0.01, ge=0, description="D3PM: lambda of the auxiliary cross-entropy")
+from testbed.workloads.training import optimizer_step
 
 
-@register
-class DiscreteFlow(Workload):
+class DFMWorkload(Workload):
     """Masking discrete flow (and D3PM) on rule-bound sequences; mini-Multiflow co-design of chains."""
 
     name = "dfm"
-    Config = DfmConfig
+    Config = DFMConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "train_rng", "steps_done")
-    summary = "discrete flow models (CTMC, eta-invariant sampler) vs D3PM; Multiflow-style co-design of 2-D chains"
     headline_metric = ("test_validity", "max")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: DfmConfig, data: DataConfig) -> None:
-        if config.variant == "d3pm" and config.task != "sequence":
-            raise ScenarioError("workload.variant: 'd3pm' is the baseline of task 'sequence' only")
-        if config.task == "sequence" and seqs.valid_count(config.vocab, config.length) > MAX_VALID:
-            raise ScenarioError(f"workload.length: vocab {config.vocab} and length {config.length} give more than "
-                                f"{MAX_VALID} valid sequences; use a shorter length or a smaller vocab")
-        if config.invariance_eta / config.invariance_steps > 0.5:
-            raise ScenarioError("workload.invariance_steps: too few for invariance_eta (need eta * dt <= 0.5)")
-        if config.batch_size > config.train_size:
-            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_size {config.train_size}")
-
-    def __init__(self, config: DfmConfig, data: DataConfig, seeds: SeedTree):
+    def __init__(self, config: DFMConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         if config.task == "sequence":
             self.valid = seqs.valid_sequences(config.vocab, config.length)
@@ -116,10 +73,7 @@ class DiscreteFlow(Workload):
         total = 0.0
         for _ in range(steps):
             loss = self._sequence_loss() if self.config.task == "sequence" else self._codesign_loss()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, loss)
             self.steps_done += 1
         return {"train_loss": total / steps}
 

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from testbed.report.plots import plot_curve, plt
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image
-
-_MISSING = "<p>No rollouts were saved (the run has not finished).</p>"
+from testbed.report.sections import ArraySection, image
 
 
-class ErrorGrowthSection(ReportSection):
+class ErrorGrowthSection(ArraySection):
     """RMSE (transformed depth) at every rollout step on held-out regions x storms, against Rain-Incr."""
 
     title = "Rollout error on held-out regions and storms"
+    requires = ("rmse_curve", "rainincr_rmse_curve", "steps", "variant")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "rmse_curve" not in arrays:
-            return _MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         steps = arrays["steps"].tolist()
         lines = {str(arrays["variant"]): (steps, arrays["rmse_curve"].tolist()),
                  "rainincr (in-run reference)": (steps, arrays["rainincr_rmse_curve"].tolist())}
@@ -29,15 +26,13 @@ class ErrorGrowthSection(ReportSection):
         return image(path.name, "RMSE over the rollout")
 
 
-class DepthMapSection(ReportSection):
+class DepthMapSection(ArraySection):
     """Terrain with its D8 graph, and the final depth: simulated, predicted, Rain-Incr."""
 
     title = "Depth at the end of the rollout (first held-out region x storm)"
+    requires = ("truth_map", "predicted_map", "rainincr_map", "elevation", "edges", "combo", "variant")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "truth_map" not in arrays:
-            return _MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), dpi=90)
         elevation, side = arrays["elevation"], arrays["elevation"].shape[0]
         axes[0].imshow(elevation, cmap="terrain")

@@ -14,15 +14,16 @@ from __future__ import annotations
 import numpy as np
 from matplotlib import cbook
 
+from testbed.workloads.floodgnn.config import DEM_FILE, REGIONS
+
 # The DEM's grid spacing: 3 arc-seconds, about 92 m north-south at 36.5 degrees north.
 CELL_SIZE_M = 90.0
-REGIONS = 9
 _NEIGHBOURS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]
 
 
 def load_dem() -> np.ndarray:
     """The bundled Jacksboro-fault elevation grid in metres (float64)."""
-    return np.asarray(cbook.get_sample_data("jacksboro_fault_dem.npz")["elevation"], dtype=np.float64)
+    return np.asarray(cbook.get_sample_data(DEM_FILE)["elevation"], dtype=np.float64)
 
 
 def regions(size: int) -> list[np.ndarray]:

@@ -18,77 +18,30 @@ The headline ``test_rmse`` is the held-out RMSE at the longest horizon.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field, field_validator
 from torch import nn
 
-from testbed.config import StrictModel
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
+from testbed.workloads.floodgnn.config import FloodGNNConfig, check
 from testbed.workloads.floodgnn.data import Batch, FloodData
-from testbed.workloads.floodgnn.evaluation import flood_loss, metrics_at, rmse_per_step, rollout
+from testbed.workloads.floodgnn.metrics import flood_loss, metrics_at, rmse_per_step, rollout
 from testbed.workloads.floodgnn.models import (ComGNN, RainIncrement, fit_rain_increment, matched_baseline,
                                                parameter_count)
 from testbed.workloads.floodgnn.report import DepthMapSection, ErrorGrowthSection
-from testbed.workloads.floodgnn.terrain import REGIONS, load_dem
-
-Variant = Literal["comgnn", "mpnn", "rainincr"]
 
 
-class FloodGNNConfig(StrictModel):
-    """Regions and storms, the split, the model and its optimiser."""
-
-    variant: Variant = "comgnn"
-    region_size: int = Field(16, ge=6, description="cells per side of each of the 9 DEM regions")
-    relief_scale: float = Field(0.1, gt=0, le=1, description="terrain relief multiplier (flat-plain watersheds)")
-    events: int = Field(7, ge=2, description="simulated storms")
-    heldout_regions: int = Field(3, ge=1, le=REGIONS - 1)
-    heldout_events: int = Field(3, ge=1)
-    train_combos: int = Field(9, ge=1, description="training (region, storm) combinations")
-    rollout_steps: int = Field(40, ge=1, description="autoregressive steps of interval_min minutes")
-    interval_min: float = Field(5.0, gt=0)
-    horizons: list[int] = Field(default_factory=lambda: [20, 40], description="steps the metrics are taken at")
-    hidden: int = Field(32, ge=4, description="ComGNN width; the mpnn baseline is matched in parameters")
-    blocks: int = Field(2, ge=1, description="message-passing blocks per step")
-    lr: float = Field(3e-3, gt=0)
-    grad_clip: float = Field(1.0, gt=0, description="clip each gradient value (the paper's setting)")
-
-    @field_validator("horizons")
-    @classmethod
-    def _positive_horizons(cls, horizons: list[int]) -> list[int]:
-        if not horizons or any(h < 1 for h in horizons):
-            raise ValueError("needs one or more horizons, each >= 1")
-        return sorted(set(horizons))
-
-
-@register
 class FloodGNNWorkload(Workload):
     """ComGNN against a generic GNN and Rain-Incr on held-out regions and storms."""
 
     name = "floodgnn"
     Config = FloodGNNConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "steps_done")
-    summary = "ComGNN pluvial-flood emulator on real DEM regions with simulated storms; comgnn|mpnn|rainincr"
     headline_metric = ("test_rmse", "min")
     report_sections = [ErrorGrowthSection(), DepthMapSection()]
-
-    @classmethod
-    def check(cls, config: FloodGNNConfig, data: DataConfig) -> None:
-        dem_rows, dem_cols = load_dem().shape
-        if config.region_size > min(dem_rows, dem_cols) // 3:
-            raise ScenarioError(f"workload.region_size: {config.region_size} exceeds a ninth of the "
-                                f"{dem_rows}x{dem_cols} DEM (at most {min(dem_rows, dem_cols) // 3})")
-        if max(config.horizons) > config.rollout_steps:
-            raise ScenarioError(f"workload.horizons: horizon {max(config.horizons)} is past the rollout of "
-                                f"{config.rollout_steps} steps")
-        if config.heldout_events >= config.events:
-            raise ScenarioError(f"workload.heldout_events: {config.heldout_events} of {config.events} storms "
-                                "leaves none to train on")
 
     def __init__(self, config: FloodGNNConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)

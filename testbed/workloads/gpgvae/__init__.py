@@ -1,5 +1,6 @@
-"""GPGVAE: gated-prior graph VAEs for the latent structure of network games (Yu et al., ICML 2024)."""
+"""GPGVAE: gated-prior graph VAEs for the latent structure of network games (Yu et al., ICML 2024).
 
-from testbed.workloads.gpgvae.workload import Gpgvae, GpgvaeConfig
-
-__all__ = ["Gpgvae", "GpgvaeConfig"]
+``config`` holds the typed config `GPGVAEConfig` and its check (torch-free), ``workload`` the
+`GPGVAEWorkload`, ``games`` the network games and their graphs, ``model`` the interaction-type
+classifier, the edge encoder and the ELBO, and ``report`` the report sections.
+"""

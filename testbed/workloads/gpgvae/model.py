@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from testbed.workloads.training import optimizer_step
+
 
 class TypeClassifier(nn.Module):
     """p(complement | spectrum features): the gate of the prior."""
@@ -38,9 +40,7 @@ def train_type_classifier(features: torch.Tensor, labels: torch.Tensor, steps: i
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(steps):
         loss = nn.functional.binary_cross_entropy_with_logits(model((features - mean) / std), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(optimizer, loss)
     model.register_buffer("mean", mean)
     model.register_buffer("std", std)
     return model

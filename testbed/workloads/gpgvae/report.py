@@ -4,19 +4,14 @@ and one substitute graph as the truth, the prior and the posterior see it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
+from sklearn.metrics import roc_curve
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from sklearn.metrics import roc_curve  # noqa: E402
-
-from testbed.report.plots import numeric_series, plot_curve  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, image, table  # noqa: E402
-
-MISSING = "<p>No edge posteriors were saved (the run has not finished).</p>"
+from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection, image, table
 
 
 def _pairs(matrices: np.ndarray) -> np.ndarray:
@@ -24,15 +19,13 @@ def _pairs(matrices: np.ndarray) -> np.ndarray:
     return np.concatenate([m[upper] for m in matrices])
 
 
-class RocSection(ReportSection):
+class RocSection(ArraySection):
     """Pooled ROC curves of the recovered edges, complements and substitutes side by side."""
 
     title = "Edge recovery: ROC by interaction type"
+    requires = ("probabilities", "prior", "adjacency", "corr", "beta")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "probabilities" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "gpgvae")
         fig, axes = plt.subplots(1, 2, figsize=(9, 4), dpi=100)
         for ax, (label, mask) in zip(axes, (("complements", arrays["beta"] > 0), ("substitutes", arrays["beta"] < 0))):
@@ -47,10 +40,7 @@ class RocSection(ReportSection):
             ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
             ax.set(title=label, xlabel="false positive rate", ylabel="true positive rate", aspect="equal")
             ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        fig.savefig(out_dir / "gpgvae-roc.png")
-        plt.close(fig)
-        return image("gpgvae-roc.png", "ROC of recovered edges")
+        return figure_image(fig, out_dir / "gpgvae-roc.png", "ROC of recovered edges")
 
 
 class AucCurveSection(ReportSection):
@@ -71,15 +61,13 @@ class AucCurveSection(ReportSection):
         return image("gpgvae-auc.png", "AUC over training") + table(rows, ("final metric", "value"))
 
 
-class GraphSection(ReportSection):
+class GraphSection(ArraySection):
     """One substitute graph: true adjacency, the prior's and the posterior's edge probabilities."""
 
     title = "A substitute game's graph: truth, prior, posterior"
+    requires = ("probabilities", "prior", "adjacency", "beta")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "probabilities" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         first = int(np.flatnonzero(arrays["beta"] < 0)[0])
         panels = {"true adjacency": arrays["adjacency"][first], "prior": arrays["prior"][first],
                   "posterior q(A|X)": arrays["probabilities"][first]}

@@ -13,44 +13,19 @@ Example: ``testbed run scenarios/workloads/gpgvae.yaml --no-sweep --set workload
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 from sklearn.metrics import roc_auc_score
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.gpgvae import games, model
+from testbed.workloads.gpgvae.config import GPGVAEConfig, check
 from testbed.workloads.gpgvae.report import SECTIONS
+from testbed.workloads.training import optimizer_step
 
 GATES = {"ungated": "complement", "random": "random"}  # fixed gates of the baselines
-
-
-class GpgvaeConfig(StrictModel):
-    """Games, prior, networks and gradient estimator of the GPGVAE workload."""
-
-    variant: Literal["gpgvae", "ungated", "random"] = "gpgvae"
-    estimator: Literal["relaxed", "score"] = "relaxed"
-    graph: Literal["ba", "er", "ws"] = "ba"
-    nodes: int = Field(20, ge=4)
-    games: int = Field(100, ge=2)
-    graphs_per_sign: int = Field(20, gt=0, description="complement graphs, and as many substitute graphs")
-    beta: float = Field(0.8, gt=0, lt=1, description="|beta| of the games: +beta complements, -beta substitutes")
-    alpha: float = Field(0.5, ge=0, lt=1, description="smoothness of the marginal benefits")
-    snr: float = Field(10.0, gt=0)
-    pretrain_graphs: int = Field(400, ge=10)
-    pretrain_steps: int = Field(300, gt=0)
-    kl_weight: float = Field(10.0, ge=0, description="beta_1 of the KL to the prior")
-    tau: float = Field(0.5, gt=0, description="temperature of the binary-concrete relaxation")
-    baseline_decay: float = Field(0.99, ge=0, lt=1, description="eta of the score function's moving-average baseline")
-    width: int = Field(64, gt=0)
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(4, gt=0, description="graphs per step")
-    grad_samples: int = Field(16, ge=2, description="samples used to measure the estimator's gradient spread")
 
 
 def mean_auc(scores: np.ndarray, adjacency: np.ndarray) -> float:
@@ -59,24 +34,17 @@ def mean_auc(scores: np.ndarray, adjacency: np.ndarray) -> float:
     return float(np.mean([roc_auc_score(a[upper], s[upper]) for s, a in zip(scores, adjacency)]))
 
 
-@register
-class Gpgvae(Workload):
+class GPGVAEWorkload(Workload):
     """Graph VAE over the edges of network games, with the data-dependent gated prior."""
 
     name = "gpgvae"
-    Config = GpgvaeConfig
+    Config = GPGVAEConfig
+    check = staticmethod(check)
     checkpointed = ("encoder", "slope", "log_scale", "optimizer", "baseline", "train_rng", "steps_done")
-    summary = "gated-prior graph VAE recovering network-game graphs vs ungated and random priors"
     headline_metric = ("test_auc_substitute", "max")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: GpgvaeConfig, data: DataConfig) -> None:
-        if config.batch_size > 2 * config.graphs_per_sign:
-            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds the "
-                                f"{2 * config.graphs_per_sign} graphs (2 x graphs_per_sign)")
-
-    def __init__(self, config: GpgvaeConfig, data: DataConfig, seeds: SeedTree):
+    def __init__(self, config: GPGVAEConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         self._build_data(config, seeds)
         self.classifier = self._pretrain_classifier(config, seeds)
@@ -101,14 +69,14 @@ class Gpgvae(Workload):
         self.train_rng = seeds.torch("train")
         self.steps_done = 0
 
-    def _build_data(self, config: GpgvaeConfig, seeds: SeedTree) -> None:
+    def _build_data(self, config: GPGVAEConfig, seeds: SeedTree) -> None:
         signs = [config.beta, -config.beta] * config.graphs_per_sign
         self.games = games.game_set(signs, config.nodes, config.games, config.alpha, config.snr, config.graph,
                                     seeds.numpy("data.games"))
         self.actions = torch.from_numpy(self.games.actions)
         self.corr = games.correlation(self.games.actions)
 
-    def _pretrain_classifier(self, config: GpgvaeConfig, seeds: SeedTree) -> model.TypeClassifier:
+    def _pretrain_classifier(self, config: GPGVAEConfig, seeds: SeedTree) -> model.TypeClassifier:
         features, labels = games.pretraining_set(config.pretrain_graphs, config.games, config.alpha, config.snr,
                                                  seeds.numpy("data.pretrain"))
         with torch.random.fork_rng():
@@ -131,12 +99,9 @@ class Gpgvae(Workload):
         for _ in range(steps):
             index = torch.randperm(count, generator=self.train_rng)[: self.config.batch_size]
             loss, nll = self._loss(index, self.train_rng)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            total += optimizer_step(self.optimizer, loss)
             decay = self.config.baseline_decay
             self.baseline[index] = decay * self.baseline[index] + (1 - decay) * nll
-            total += loss.item()
             self.steps_done += 1
         return {"train_loss": total / steps}
 

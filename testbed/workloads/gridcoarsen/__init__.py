@@ -1,7 +1,8 @@
-"""Differentiable coarsening of unstructured grids (Shumilin, Ryabov, Yavich, Burnaev, Vanovskiy): Voronoi
-geometry in torch, explicit finite-volume solvers, and the ``gridcoarsen`` workload."""
+"""Differentiable coarsening of unstructured grids (Shumilin, Ryabov, Yavich, Burnaev, Vanovskiy).
 
-from testbed.workloads.gridcoarsen.geometry import Geometry, geometry, topology
-from testbed.workloads.gridcoarsen.workload import GridCoarsenConfig, GridCoarsenWorkload
-
-__all__ = ["Geometry", "GridCoarsenConfig", "GridCoarsenWorkload", "geometry", "topology"]
+``config`` holds the typed config `GridCoarsenConfig` and its check (torch-free), ``workload`` the
+`GridCoarsenWorkload`, ``geometry`` the Voronoi geometry in torch (`geometry`, `topology`),
+``solver`` the explicit finite-volume solvers, ``problem`` the fine grid and its k-means and random
+coarse grids, ``coarsening`` the optimisation of a coarse grid's points, and ``report`` the report
+sections.
+"""

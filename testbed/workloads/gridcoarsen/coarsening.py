@@ -16,6 +16,7 @@ import torch
 from testbed.workloads.gridcoarsen.geometry import geometry
 from testbed.workloads.gridcoarsen.problem import Grid
 from testbed.workloads.gridcoarsen.solver import Physics, rollout, substeps_needed
+from testbed.workloads.training import optimizer_step
 
 # Keeps points off the boundary, where a point and its mirror would coincide.
 _MARGIN = 1e-3
@@ -52,13 +53,10 @@ class CoarseModel:
 
     def step(self) -> float:
         """One Adam iteration on the free coordinates; returns the loss before the step."""
-        self.optimizer.zero_grad()
-        loss = sensor_rmse(self.curves(), self.reference)
-        loss.backward()
-        self.optimizer.step()
+        loss = optimizer_step(self.optimizer, sensor_rmse(self.curves(), self.reference))
         with torch.no_grad():
             self.free.clamp_(_MARGIN, 1 - _MARGIN)
-        return float(loss.detach())
+        return loss
 
     def metrics(self) -> dict[str, float]:
         """Sensor RMSE, relative L2 and the substeps the grid needs at the output interval."""

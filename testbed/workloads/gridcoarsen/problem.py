@@ -19,10 +19,7 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
-# Fixed points: the source first, then the sensors, at different distances and across the
-# permeability pattern from it.
-SOURCE = (0.3, 0.35)
-SENSORS = ((0.55, 0.4), (0.3, 0.7), (0.7, 0.75))
+from testbed.workloads.gridcoarsen.config import SENSORS, SOURCE
 
 
 @dataclass

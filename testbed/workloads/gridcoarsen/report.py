@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import plot_curve, plt
+from testbed.report.plots import figure_image, plot_curve, plt
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
-
-_MISSING = "<p>No grids were saved (the run has not finished).</p>"
+from testbed.report.sections import ArraySection, image, table
 
 
-class ReductionSection(ReportSection):
+class ReductionSection(ArraySection):
     """Sensor-curve error against the reduction factor, optimised vs k-means vs random (the paper's plot)."""
 
     title = "Sensor-curve error against reduction factor"
+    requires = ("reduction_errors", "reductions", "kinds", "equations", "variant")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "reduction_errors" not in arrays:
-            return _MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         reductions = arrays["reductions"].tolist()
         kinds = [str(k) for k in arrays["kinds"]]
         html, rows = "", []
@@ -38,15 +35,13 @@ class ReductionSection(ReportSection):
         return note + html + table(rows, ("equation", "reduction", *kinds, "optimised / kmeans"))
 
 
-class GridSection(ReportSection):
+class GridSection(ArraySection):
     """Fine points over the permeability field; k-means and optimised coarse points at the largest reduction."""
 
     title = "Grids at the largest reduction"
+    requires = ("fine_points", "fine_permeability", "num_fixed", "equations")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "fine_points" not in arrays:
-            return _MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         equations = [str(q) for q in arrays["equations"]]
         fine, fixed = arrays["fine_points"], int(arrays["num_fixed"])
         fig, axes = plt.subplots(1, len(equations), figsize=(5.2 * len(equations), 4.8), dpi=100, squeeze=False)
@@ -69,15 +64,13 @@ class GridSection(ReportSection):
         return image(path.name, "fine and coarse grids")
 
 
-class CurvesSection(ReportSection):
+class CurvesSection(ArraySection):
     """Sensor curves of the fine grid and of each coarse grid at the largest reduction."""
 
     title = "Sensor curves at the largest reduction"
+    requires = ("fine_points", "equations", "kinds")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "fine_points" not in arrays:
-            return _MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         equations = [str(q) for q in arrays["equations"]]
         labels = ["fine", *(str(k) for k in arrays["kinds"])]
         sensors = arrays[f"curves_{equations[0]}"].shape[2]
@@ -92,8 +85,4 @@ class CurvesSection(ReportSection):
                 ax.set(title=f"{equation}, sensor {s + 1}", xlabel="time")
                 ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / "gridcoarsen-curves.png"
-        fig.savefig(path)
-        plt.close(fig)
-        return image(path.name, "sensor curves")
+        return figure_image(fig, out_dir / "gridcoarsen-curves.png", "sensor curves")

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from testbed.workloads.gridcoarsen.config import Equation
 from testbed.workloads.gridcoarsen.geometry import Geometry
-
-Equation = Literal["parabolic", "wave"]
 
 
 @dataclass(frozen=True)

@@ -17,55 +17,23 @@ headline ``test_worst_ratio`` is the largest ratio at the largest reduction over
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
 from torch import nn
 
-from testbed.config import StrictModel
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.gridcoarsen.coarsening import CoarseModel, sensor_rmse
+from testbed.workloads.gridcoarsen.config import Equation, GridCoarsenConfig, Variant, check
 from testbed.workloads.gridcoarsen.geometry import geometry
-from testbed.workloads.gridcoarsen.problem import Grid, fine_grid, fixed_points, kmeans_grid, random_grid
+from testbed.workloads.gridcoarsen.problem import Grid, fine_grid, kmeans_grid, random_grid
 from testbed.workloads.gridcoarsen.report import CurvesSection, GridSection, ReductionSection
-from testbed.workloads.gridcoarsen.solver import Equation, Physics, rollout
+from testbed.workloads.gridcoarsen.solver import Physics, rollout
 
-Variant = Literal["optimised", "kmeans", "random"]
 KINDS: tuple[Variant, ...] = ("optimised", "kmeans", "random")
-
-
-class GridCoarsenConfig(StrictModel):
-    """Fine problem, solvers, coarsening variant and the optimiser of the coarse points."""
-
-    variant: Variant = "optimised"
-    equations: list[Equation] = Field(default_factory=lambda: ["parabolic", "wave"])
-    reductions: list[int] = Field(default_factory=lambda: [2, 5, 10], description="coarsening factors N_fine / N")
-    side: int = Field(22, ge=6, le=60, description="fine grid: side x side stratified random points")
-    contrast: float = Field(1.0, ge=0, description="log-permeability amplitude of the sinusoidal field")
-    record_steps: int = Field(200, gt=0, description="sensor samples (output intervals) per rollout")
-    parabolic_time: float = Field(0.1, gt=0, description="simulated time of the parabolic rollout")
-    wave_time: float = Field(1.5, gt=0, description="simulated time of the wave rollout")
-    ricker_frequency: float = Field(2.0, gt=0, description="peak frequency of the wave source")
-    lr: float = Field(2e-3, gt=0, description="Adam step on the point coordinates (unit square)")
-
-    @field_validator("equations")
-    @classmethod
-    def _distinct_equations(cls, equations: list[Equation]) -> list[Equation]:
-        if not equations or len(set(equations)) != len(equations):
-            raise ValueError("needs one or more distinct equations")
-        return equations
-
-    @field_validator("reductions")
-    @classmethod
-    def _reductions_above_one(cls, reductions: list[int]) -> list[int]:
-        if not reductions or any(r < 2 for r in reductions) or len(set(reductions)) != len(reductions):
-            raise ValueError("needs one or more distinct reduction factors, each >= 2")
-        return sorted(reductions)
 
 
 def physics_for(config: GridCoarsenConfig, equation: Equation) -> Physics:
@@ -75,23 +43,14 @@ def physics_for(config: GridCoarsenConfig, equation: Equation) -> Physics:
                    ricker_frequency=config.ricker_frequency, ricker_delay=1.2 / config.ricker_frequency)
 
 
-@register
 class GridCoarsenWorkload(Workload):
     """Coarse grids optimised through the solver rollout, against k-means and random-subsample grids."""
 
     name = "gridcoarsen"
     Config = GridCoarsenConfig
-    summary = "Differentiable Voronoi grid coarsening for parabolic and wave FV solvers; optimised|kmeans|random"
+    check = staticmethod(check)
     headline_metric = ("test_worst_ratio", "min")
     report_sections = [ReductionSection(), GridSection(), CurvesSection()]
-
-    @classmethod
-    def check(cls, config: GridCoarsenConfig, data: DataConfig) -> None:
-        smallest = config.side ** 2 // max(config.reductions)
-        if smallest < len(fixed_points()) + 4:
-            raise ScenarioError(f"workload.reductions: reduction {max(config.reductions)} leaves {smallest} coarse "
-                                f"points of a {config.side}x{config.side} grid; needs at least "
-                                f"{len(fixed_points()) + 4} (lower it or raise workload.side)")
 
     def __init__(self, config: GridCoarsenConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)

@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from scipy.signal import stft
 
+from testbed.workloads.musicflow.config import FRAMES
+
 SAMPLE_RATE = 8000
 CLIP_SAMPLES = 8192
 N_FFT, HOP = 1024, 256
-FRAMES = 32
 LOW_MIDI, BANDS = 60, 36  # C4 .. B6
 SCALES = {"major": [0, 2, 4, 5, 7, 9, 11], "minor": [0, 2, 3, 5, 7, 8, 11]}  # minor: harmonic minor
 NOTE_FRAMES = {"slow": 6, "fast": 3}

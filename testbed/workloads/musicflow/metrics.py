@@ -16,6 +16,7 @@ from scipy import linalg
 from torch import nn
 
 from testbed.workloads.musicflow.data import BANDS, MusicSet, Normaliser, attribute_bits, chroma_of
+from testbed.workloads.training import optimizer_step
 
 
 class AttributeClassifier(nn.Module):
@@ -47,9 +48,7 @@ def train_classifier(clips: MusicSet, seed: int, steps: int = 200) -> AttributeC
     for _ in range(steps):
         index = torch.randint(0, len(targets), (64,), generator=generator)
         loss = nn.functional.binary_cross_entropy_with_logits(model(clips.acoustic[index]), targets[index])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(optimizer, loss)
     model.eval()
     return model
 

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, table  # noqa: E402
-from testbed.workloads.musicflow.data import describe  # noqa: E402
-
-MISSING = "<p>No samples were saved (the run has not finished).</p>"
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection, table
+from testbed.workloads.musicflow.data import describe
 
 
 def _spectrogram(ax, features: np.ndarray, title: str) -> None:
@@ -25,15 +20,13 @@ def _spectrogram(ax, features: np.ndarray, title: str) -> None:
     ax.set(xticks=[], yticks=[])
 
 
-class StepsSection(ReportSection):
+class StepsSection(ArraySection):
     """Frechet distance of text-to-music samples against the number of Euler steps (per stage)."""
 
     title = "Sample quality against sampler steps"
+    requires = ("fd", "fd_steps")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "fd" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "musicflow")
         stages = 1 if variant == "single" else 2
         evaluations = arrays["fd_steps"] * stages
@@ -47,15 +40,13 @@ class StepsSection(ReportSection):
         return figure_image(fig, out_dir / "musicflow-steps.png") + table(rows, ("steps per stage", "evaluations", "FD"))
 
 
-class SpectrogramSection(ReportSection):
+class SpectrogramSection(ArraySection):
     """Held-out clips, text-to-music samples for the same descriptions, and infilled middles."""
 
     title = "Spectrograms: real, generated, infilled"
+    requires = ("real", "generated", "infilled", "infill_mask", "labels")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "real" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         count = len(arrays["labels"])
         fig, axes = plt.subplots(3, count, figsize=(2.6 * count, 6.2), dpi=100, squeeze=False)
         start, stop = np.flatnonzero(arrays["infill_mask"])[[0, -1]]
@@ -69,15 +60,15 @@ class SpectrogramSection(ReportSection):
         return figure_image(fig, out_dir / "musicflow-spectrograms.png")
 
 
-class FollowSection(ReportSection):
+class FollowSection(ArraySection):
     """Stage 2 conditioned on held-out semantic features: pitch class per frame, asked and produced."""
 
     title = "Stage 2 follows its semantic conditioning"
+    requires = ("real",)  # a finished run; only the cascade saves the follow_* arrays
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         if "follow_target" not in arrays:
-            return "<p>The single-stage model has no semantic conditioning.</p>" if "real" in arrays else MISSING
+            return "<p>The single-stage model has no semantic conditioning.</p>"
         count = len(arrays["follow_target"])
         fig, axes = plt.subplots(1, count, figsize=(2.6 * count, 2.6), dpi=100, squeeze=False)
         for ax, target, produced in zip(axes[0], arrays["follow_target"], arrays["follow_generated"]):

@@ -11,67 +11,31 @@ Example: ``testbed run scenarios/workloads/musicflow.yaml --set workload.variant
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.musicflow import data, flow, metrics
+from testbed.workloads.musicflow.config import MusicFlowConfig, check
 from testbed.workloads.musicflow.report import SECTIONS
+from testbed.workloads.training import optimizer_step
 
 _CACHE: dict[tuple, tuple] = {}  # data, normaliser and evaluation classifier per (seed, sizes), built once a process
 
 
-class MusicflowConfig(StrictModel):
-    """Data sizes, the two flow networks, the masked objective and the samplers."""
-
-    variant: Literal["musicflow", "nomask", "single"] = "musicflow"
-    train_clips: int = Field(1200, ge=64, description="synthetic training clips (1.024 s, 32 frames)")
-    test_clips: int = Field(256, ge=16, description="held-out clips for every metric")
-    hidden: int = Field(64, gt=0)
-    layers: int = Field(2, gt=0, description="transformer layers per stage (single: twice as many)")
-    heads: int = Field(4, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(64, gt=0)
-    sigma_min: float = Field(1e-4, ge=0, lt=1)
-    full_mask_prob: float = Field(0.3, ge=0, le=1, description="share of training masks covering every frame")
-    span_min: float = Field(0.7, gt=0, le=1, description="shortest random span, as a share of the frames")
-    text_dropout: float = Field(0.1, ge=0, lt=1, description="share of training texts dropped (for guidance)")
-    guidance: float = Field(1.0, ge=0, description="classifier-free guidance scale on the text")
-    sample_steps: int = Field(16, gt=0, description="Euler steps per stage for generation and infilling")
-    fd_steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], description="steps for the FD-vs-steps curve")
-    infill_fraction: float = Field(0.3, gt=0, lt=1, description="middle share of the frames to infill")
-
-
-@register
-class MusicFlow(Workload):
+class MusicFlowWorkload(Workload):
     """Cascaded text -> semantic -> acoustic flow matching with masked prediction, and its baselines."""
 
     name = "musicflow"
-    Config = MusicflowConfig
+    Config = MusicFlowConfig
+    check = staticmethod(check)
     checkpointed = ("stages", "optimizer", "train_rng", "steps_done")
-    summary = "cascaded masked flow matching for text-to-music (vs no masking, vs a single stage)"
     headline_metric = ("test_infill_mse", "min")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: MusicflowConfig, data_config: DataConfig) -> None:
-        if config.batch_size > config.train_clips:
-            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_clips {config.train_clips}")
-        if config.hidden % config.heads:
-            raise ScenarioError(f"workload.heads: {config.heads} does not divide hidden {config.hidden}")
-        if not 1 <= round(config.infill_fraction * data.FRAMES) <= data.FRAMES - 2:
-            raise ScenarioError(f"workload.infill_fraction: {config.infill_fraction} leaves no frame to infill "
-                                f"or no context on both sides of the {data.FRAMES} frames")
-        if not config.fd_steps or min(config.fd_steps) < 1:
-            raise ScenarioError(f"workload.fd_steps: {config.fd_steps} must be a non-empty list of positive steps")
-
-    def __init__(self, config: MusicflowConfig, data_config: DataConfig, seeds: SeedTree):
+    def __init__(self, config: MusicFlowConfig, data_config: DataConfig, seeds: SeedTree):
         super().__init__(config, data_config, seeds)
         self.train_set, self.test_set, self.norm, self.classifier = self._shared_parts()
         with torch.random.fork_rng():
@@ -124,9 +88,7 @@ class MusicFlow(Workload):
             dropped = torch.rand(len(index), generator=self.train_rng) < self.config.text_dropout
             text = torch.where(dropped, flow.NULL_TEXT, self.train_set.labels[index])
             losses = {name: self._stage_loss(name, index, text) for name in self.stages}
-            self.optimizer.zero_grad(set_to_none=True)
-            sum(losses.values()).backward()
-            self.optimizer.step()
+            optimizer_step(self.optimizer, sum(losses.values()))
             for name, loss in losses.items():
                 totals[f"train_loss_{name}"] = totals.get(f"train_loss_{name}", 0.0) + loss.item()
             self.steps_done += 1

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from testbed.data import Dataset
-from testbed.scenario import OodConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.oodrobust import attacks
+from testbed.workloads.oodrobust.config import OodConfig
 from testbed.workloads.oodrobust.shifts import corrupt
 from testbed.workloads.oodrobust.typeset import typeset_digits
 
@@ -152,7 +152,7 @@ def evaluate_ood(model: nn.Module, dataset: Dataset, config: OodConfig, seed: in
 
 def aggregate(result: dict[str, float], dataset_shifts: list[str], threats: list[str]) -> dict[str, float]:
     """OOD_d clean/robust and OOD_t robust as means over shifts, and OOD_d retention."""
-    mean = lambda keys: float(np.mean([result[k] for k in keys])) if keys else float("nan")  # noqa: E731
+    mean = lambda keys: float(np.mean([result[k] for k in keys])) if keys else float("nan")
     ood_d_robust = mean([f"robust/{s}" for s in dataset_shifts])
     retention = ood_d_robust / result["id_robust"] if result["id_robust"] > 0 else float("nan")
     return {"ood_d_clean": mean([f"clean/{s}" for s in dataset_shifts]), "ood_d_robust": ood_d_robust,

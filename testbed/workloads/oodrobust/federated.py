@@ -14,9 +14,9 @@ import torch
 
 from testbed.data import Dataset
 from testbed.determinism import single_threaded
-from testbed.scenario import OodConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.oodrobust.benchmark import evaluate_ood
+from testbed.workloads.oodrobust.config import OodConfig
 
 AGGREGATES = ("clean_accuracy", "id_robust", "ood_d_clean", "ood_d_robust", "ood_t_robust", "ood_d_retention")
 

@@ -17,9 +17,10 @@ from torch.nn import functional as F
 
 from testbed.data import Dataset
 from testbed.seeding import SeedTree
-from testbed.workloads.classifier import BatchStream
+from testbed.workloads.classifier.model import BatchStream
 from testbed.workloads.oodrobust.attacks import pgd_training_examples
 from testbed.workloads.oodrobust.shifts import translate
+from testbed.workloads.training import optimizer_step
 
 AUGMENT_NOISE_STD = 0.15
 RECIPE_GROUPS = {"standard": "standard", "noise_aug": "augmented", "shift_aug": "augmented",
@@ -91,11 +92,7 @@ class Member:
                 self.model.eval()
                 x = pgd_training_examples(self.model, x, y, self.spec.epsilon, self.attack_steps, self.generator)
             self.model.train()
-            loss = F.cross_entropy(self.model(x), y)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, F.cross_entropy(self.model(x), y))
         return total / max(steps, 1)
 
     def state_dict(self) -> dict[str, Any]:

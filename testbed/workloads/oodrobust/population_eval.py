@@ -14,8 +14,8 @@ import numpy as np
 from torch import nn
 
 from testbed.data import Dataset
-from testbed.scenario import OodConfig
 from testbed.workloads.oodrobust.benchmark import build_shifted_sets, evaluate_ood
+from testbed.workloads.oodrobust.config import OodConfig
 from testbed.workloads.oodrobust.fit import effective_robustness, fit_line
 from testbed.workloads.oodrobust.population import MemberSpec
 
@@ -25,7 +25,7 @@ def evaluate_population(models: list[nn.Module], specs: list[MemberSpec], test_s
     """Per-model results (``results``), the arrays of the report (``arrays``) and the metrics (``metrics``)."""
     shifted = build_shifted_sets(test_set, config, seed)
     results = [evaluate_ood(model, test_set, config, seed, shifted, id_only) for model in models]
-    column = lambda key: np.array([r[key] for r in results], dtype=np.float64)  # noqa: E731
+    column = lambda key: np.array([r[key] for r in results], dtype=np.float64)
     arrays: dict[str, np.ndarray] = {
         "labels": np.array([s.label for s in specs]), "groups": np.array([s.group for s in specs]),
         "train_epsilon": np.array([s.epsilon for s in specs]),

@@ -4,12 +4,13 @@ the out-of-distribution part of a federated run's robustness audit."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib.pyplot as plt
 import numpy as np
 
+from testbed.report.plots import figure_image, plt
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
+from testbed.report.sections import ArraySection, ReportSection, table
 
 GROUP_COLOURS = {"standard": "tab:gray", "augmented": "tab:green", "adversarial": "tab:blue",
                  "adversarial + augmented": "tab:purple"}
@@ -29,44 +30,40 @@ def _scatter_panel(ax: plt.Axes, id_robust: np.ndarray, ood: np.ndarray, groups:
     ax.legend(fontsize=7, loc="upper left")
 
 
-def plot_scatter(path: Path, arrays: dict[str, np.ndarray]) -> Path:
-    """OOD_d and OOD_t robustness against ID robustness, one point per model, with the linear trends."""
+def plot_scatter(path: Path, arrays: dict[str, np.ndarray], alt: str) -> str:
+    """OOD_d and OOD_t robustness against ID robustness, one point per model, with the linear trends,
+    saved as ``path``; its <img>."""
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.4), dpi=110)
     _scatter_panel(axes[0], arrays["id_robust"], arrays["ood_d_robust"], arrays["groups"], arrays["fit_d"],
                    "OOD_d robust accuracy (dataset shifts)")
     _scatter_panel(axes[1], arrays["id_robust"], arrays["ood_t_robust"], arrays["groups"], arrays["fit_t"],
                    "OOD_t robust accuracy (threat shifts)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return figure_image(fig, path, alt)
 
 
-class OodScatterSection(ReportSection):
-    """The paper's central figure: OOD robustness against ID robustness over the population."""
+class OodScatterSection(ArraySection):
+    """The paper's central figure: OOD robustness against ID robustness over the population
+    (not part of an ``id_only`` run)."""
 
     title = "OOD vs ID robustness (one point per model)"
+    requires = ("id_robust", "ood_d_robust", "ood_t_robust", "groups", "fit_d", "fit_t")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "fit_d" not in arrays:
-            return "<p>No OOD evaluation saved (variant id_only, or the run has not finished).</p>"
-        plot_scatter(out_dir / "ood-vs-id.png", arrays)
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
+        figure = plot_scatter(out_dir / "ood-vs-id.png", arrays, "OOD vs ID robust accuracy")
         below = float(np.mean(arrays["ood_d_robust"] < arrays["id_robust"]))
         note = (f"<p>Dashed: no loss out of distribution. OOD_d is below ID for {below:.0%} of the models; "
                 f"effective robustness is a model's vertical distance to the red trend.</p>")
-        return image("ood-vs-id.png", "OOD vs ID robust accuracy") + note
+        return figure + note
 
 
-class ShiftTableSection(ReportSection):
+class ShiftTableSection(ArraySection):
     """Per shift: mean robust accuracy and the linear fit over the population; effective robustness per family."""
 
     title = "Per-shift trends and effective robustness"
+    requires = ("shift_names", "shift_kinds", "shift_robust", "shift_fit", "groups", "id_robust", "ood_d_robust",
+                "effective_robustness_d")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "shift_fit" not in arrays:
-            return "<p>No per-shift results saved.</p>"
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         rows = [(str(name), str(kind), float(arrays["shift_robust"][:, i].mean()), *map(float, arrays["shift_fit"][i]))
                 for i, (name, kind) in enumerate(zip(arrays["shift_names"], arrays["shift_kinds"]))]
         shifts = table(rows, ("shift", "kind", "mean robust acc", "slope", "intercept", "R²"))
@@ -80,8 +77,8 @@ class ShiftTableSection(ReportSection):
         return shifts + families
 
 
-def plot_shift_bars(path: Path, names: list[str], clean: list[float], robust: list[float]) -> Path:
-    """Clean and robust accuracy of one model per shift, as grouped bars."""
+def plot_shift_bars(path: Path, names: list[str], clean: list[float], robust: list[float], alt: str) -> str:
+    """Clean and robust accuracy of one model per shift, as grouped bars, saved as ``path``; its <img>."""
     fig, ax = plt.subplots(figsize=(10.0, 3.6), dpi=110)
     positions = np.arange(len(names))
     ax.bar(positions - 0.2, clean, 0.4, label="clean", color="tab:gray")
@@ -90,10 +87,7 @@ def plot_shift_bars(path: Path, names: list[str], clean: list[float], robust: li
     ax.set(ylabel="accuracy", ylim=(0, 1))
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return figure_image(fig, path, alt)
 
 
 class OodAuditSection(ReportSection):
@@ -115,8 +109,8 @@ class OodAuditSection(ReportSection):
         figure = ""
         if names:
             # The ID pair first, as the reference every shift is compared with.
-            plot_shift_bars(out_dir / "ood-shifts.png", ["ID"] + names,
-                            [metrics["ood_clean_accuracy"], *data.artifacts["ood_shift_clean"]],
-                            [metrics["ood_id_robust"], *data.artifacts["ood_shift_robust"]])
-            figure = image("ood-shifts.png", "accuracy per shift")
+            figure = plot_shift_bars(out_dir / "ood-shifts.png", ["ID"] + names,
+                                     [metrics["ood_clean_accuracy"], *data.artifacts["ood_shift_clean"]],
+                                     [metrics["ood_id_robust"], *data.artifacts["ood_shift_robust"]],
+                                     "accuracy per shift")
         return table(rows, ("measure", "value")) + figure

@@ -12,63 +12,31 @@ must be ``digits``: the corruptions, attack budgets and typeset-digit shift are 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.config import StrictModel
 from testbed.data import load_selected, train_test_split
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, OodConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
+from testbed.workloads.oodrobust.config import OODRobustConfig, check
 from testbed.workloads.oodrobust.population import Member, build_member_model, population_specs
 from testbed.workloads.oodrobust.population_eval import evaluate_population
 from testbed.workloads.oodrobust.report import OodScatterSection, ShiftTableSection
 
-Budget = Annotated[float, Field(gt=0, le=1)]
-Width = Annotated[int, Field(gt=0)]
 
-
-class OodRobustConfig(StrictModel):
-    """The population and the evaluation protocol."""
-
-    variant: Literal["ood", "id_only"] = Field("ood", description="id_only: RobustBench's ID-only evaluation")
-    population: int = Field(20, ge=3, description="models in the zoo (at least 3 for a fit)")
-    epsilons: list[Budget] = Field(default_factory=lambda: [0.05, 0.1, 0.15, 0.2], min_length=1,
-                                   description="L-inf budgets of the adversarially trained members")
-    widths: list[Width] = Field(default_factory=lambda: [32, 64, 128], min_length=1)
-    lr: float = Field(3e-3, gt=0)
-    batch_size: int = Field(128, gt=0)
-    at_steps: int = Field(3, gt=0, description="PGD steps of adversarial training's inner maximisation")
-    evaluation: OodConfig = Field(default_factory=OodConfig)
-
-
-@register
-class OodRobustBench(Workload):
+class OODRobustWorkload(Workload):
     """A zoo of digit classifiers and its ID / OOD robustness benchmark."""
 
     name = "oodrobust"
-    Config = OodRobustConfig
-    summary = "OODRobustBench: ID vs OOD (dataset and threat shift) robustness of a model population, linear fit"
+    Config = OODRobustConfig
+    check = staticmethod(check)
     headline_metric = ("test_fit_d_r2", "max")
     report_sections = [OodScatterSection(), ShiftTableSection()]
 
-    @classmethod
-    def check(cls, config: OodRobustConfig, data: DataConfig) -> None:
-        if data.dataset != "digits":
-            raise ScenarioError(f"workload.name: oodrobust is sized for the 8x8 digits; data.dataset "
-                                f"'{data.dataset}' is not supported (use digits)")
-        evaluation = config.evaluation
-        if config.variant == "ood" and not evaluation.corruptions and not evaluation.natural:
-            raise ScenarioError("workload.evaluation.corruptions: no dataset shift is left to evaluate "
-                                "(empty corruptions and natural: false)")
-        if config.variant == "ood" and not evaluation.threats:
-            raise ScenarioError("workload.evaluation.threats: at least one threat shift is needed for the OOD_t trend")
-
-    def __init__(self, config: OodRobustConfig, data: DataConfig, seeds: SeedTree):
+    def __init__(self, config: OODRobustConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         self.train_set, self.test_set = train_test_split(load_selected(data), data.test_fraction,
                                                          seeds.integer("data.split"))

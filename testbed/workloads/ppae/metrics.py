@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from testbed.workloads.ppae.data import BANDS, EVENTS, EventSet
+from testbed.workloads.training import optimizer_step
 
 
 def iou(mask: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
@@ -74,9 +75,7 @@ def train_classifier(clips: EventSet, seed: int, steps: int = 300) -> EventClass
     for _ in range(steps):
         index = torch.randint(0, len(labels), (128,), generator=generator)
         loss = nn.functional.cross_entropy(model(x[index], frames[index]), labels[index])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        optimizer_step(optimizer, loss)
     model.eval()
     return model
 

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection
+from testbed.workloads.ppae.data import EVENTS
 
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection  # noqa: E402
-from testbed.workloads.ppae.data import EVENTS  # noqa: E402
-
-MISSING = "<p>No edits were saved (the run has not finished).</p>"
 WORDS = ("background", *EVENTS, "-")
 
 
@@ -29,15 +25,13 @@ def _span(ax, frames: np.ndarray, colour: str, label: str, y: float) -> None:
     ax.plot(idx, np.full(len(idx), y), "s", color=colour, markersize=3, label=label)
 
 
-class EditSection(ReportSection):
+class EditSection(ArraySection):
     """Source and edited spectrograms with the true event (green) and the attention mask (cyan)."""
 
     title = "Edits: source and result, true event and attention mask"
+    requires = ("source", "edited", "truth", "mask", "source_caption", "target_caption")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "edited" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "ppae")
         count = len(arrays["source"])
         fig, axes = plt.subplots(2, count, figsize=(2.8 * count, 5.4), dpi=100, squeeze=False)
@@ -54,15 +48,13 @@ class EditSection(ReportSection):
         return figure_image(fig, out_dir / "ppae-edits.png")
 
 
-class AttentionSection(ReportSection):
+class AttentionSection(ArraySection):
     """The edited word's cross-attention over time (averaged over steps, layers, heads) against the true event."""
 
     title = "Cross-attention of the edited word over time"
+    requires = ("attention", "truth", "iou")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "attention" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         count = len(arrays["attention"])
         fig, axes = plt.subplots(1, count, figsize=(2.8 * count, 2.6), dpi=100, squeeze=False)
         for j, ax in enumerate(axes[0]):

@@ -12,70 +12,32 @@ Example: ``testbed run scenarios/workloads/ppae.yaml --set workload.variant=sded
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.ppae import data, editing, metrics
+from testbed.workloads.ppae.config import PPAEConfig, check
 from testbed.workloads.ppae.model import Denoiser, alpha_bars, diffusion_loss
 from testbed.workloads.ppae.report import SECTIONS
+from testbed.workloads.training import optimizer_step
 
 _CACHE: dict[tuple, tuple] = {}  # clips, scaling and event classifier per (seed, sizes), built once a process
 
 
-class PpaeConfig(StrictModel):
-    """The diffusion model, its training, and the editing pipeline's settings."""
-
-    variant: Literal["ppae", "regenerate", "sdedit"] = "ppae"
-    operation: Literal["replace", "reweight"] = Field(
-        "replace", description="ppae: swap the event's word, or reweight its attention map in place")
-    reweight_scale: float = Field(2.0, gt=0, description="operation reweight: factor on the token's map")
-    train_clips: int = Field(2000, ge=64)
-    test_clips: int = Field(128, ge=8, description="held-out clips, each edited once")
-    hidden: int = Field(64, gt=0)
-    heads: int = Field(4, gt=0)
-    layers: int = Field(2, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(64, gt=0)
-    diffusion_steps: int = Field(100, ge=10, description="T of the DDPM training schedule")
-    sample_steps: int = Field(25, ge=2, description="DDIM steps for inversion and editing")
-    inject_frac: float = Field(0.4, ge=0, le=1, description="share of the steps that use the source's maps")
-    global_frac: float = Field(0.2, ge=0, lt=1, description="share of the last steps run without the local blend")
-    threshold: float = Field(0.5, gt=0, le=1, description="mask threshold, as a share of the map's maximum")
-    sdedit_strength: float = Field(0.6, gt=0, le=1, description="sdedit: noise level t0 / T")
-
-
-@register
-class Ppae(Workload):
+class PPAEWorkload(Workload):
     """Cross-attention-localised, injected and blended editing of audio against regeneration and SDEdit."""
 
     name = "ppae"
-    Config = PpaeConfig
+    Config = PPAEConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "train_rng", "steps_done")
-    summary = "precise audio editing via cross-attention control (vs regenerate, vs SDEdit)"
     headline_metric = ("test_lsd_outside", "min")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: PpaeConfig, data_config: DataConfig) -> None:
-        if config.sample_steps > config.diffusion_steps:
-            raise ScenarioError(f"workload.sample_steps: {config.sample_steps} exceeds diffusion_steps "
-                                f"{config.diffusion_steps}")
-        if config.batch_size > config.train_clips:
-            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_clips {config.train_clips}")
-        if config.hidden % config.heads:
-            raise ScenarioError(f"workload.heads: {config.heads} does not divide hidden {config.hidden}")
-        if config.operation == "reweight" and config.variant != "ppae":
-            raise ScenarioError(f"workload.operation: reweight is an attention edit; variant '{config.variant}' "
-                                "has no attention control")
-
-    def __init__(self, config: PpaeConfig, data_config: DataConfig, seeds: SeedTree):
+    def __init__(self, config: PPAEConfig, data_config: DataConfig, seeds: SeedTree):
         super().__init__(config, data_config, seeds)
         self.train_set, self.test_set, self.log_scale, self.classifier = self._shared_parts()
         self.abar = alpha_bars(config.diffusion_steps)
@@ -126,10 +88,7 @@ class Ppae(Workload):
             index = torch.randint(0, len(self.train_set.captions), (self.config.batch_size,), generator=self.train_rng)
             loss = diffusion_loss(self.model, self.train_set.features[index], self.train_set.captions[index],
                                   self.abar, self.train_rng)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, loss)
             self.steps_done += 1
         return {"train_loss": total / steps}
 

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection  # noqa: E402
-from testbed.workloads.robodreamer.world import COLOURS, DIRECTIONS  # noqa: E402
-
-MISSING = "<p>No generated videos were saved (the run has not finished).</p>"
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection
+from testbed.workloads.robodreamer.world import COLOURS, DIRECTIONS
 
 
 def _pixels(frame: np.ndarray) -> np.ndarray:
@@ -28,15 +23,13 @@ def move_name(colour: int, direction: int) -> str:
     return f"{COLOURS[colour]} {DIRECTIONS[direction]}"
 
 
-class SuccessGridSection(ReportSection):
+class SuccessGridSection(ArraySection):
     """Task success of generated videos for each evaluated combination of two moves; unseen ones outlined."""
 
     title = "Task success by combination of moves (outlined: combinations never seen in training)"
+    requires = ("combo_success", "combo_moves", "combo_unseen")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "combo_success" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         moves, success, unseen = arrays["combo_moves"], arrays["combo_success"], arrays["combo_unseen"].astype(bool)
         size = len(COLOURS) * len(DIRECTIONS)
         grid = np.full((size, size), np.nan)
@@ -58,15 +51,13 @@ class SuccessGridSection(ReportSection):
         return figure_image(fig, out_dir / "robodreamer-success.png") + note
 
 
-class VideosSection(ReportSection):
+class VideosSection(ArraySection):
     """One generated video per unseen combination, above the renderer's ground truth."""
 
     title = "Generated videos for unseen instructions (top: generated, bottom: ground truth)"
+    requires = ("example_first", "example_generated", "example_truth", "example_moves")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "example_generated" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         first, generated, truth = arrays["example_first"], arrays["example_generated"], arrays["example_truth"]
         count, frames = generated.shape[:2]
         fig, axes = plt.subplots(2 * count, frames + 1, figsize=(1.3 * (frames + 1), 1.35 * 2 * count),

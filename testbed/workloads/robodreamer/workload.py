@@ -13,64 +13,33 @@ Example: ``testbed run scenarios/workloads/robodreamer.yaml --set workload.varia
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
 from testbed.workloads.robodreamer import model as diffusion
 from testbed.workloads.robodreamer import world
+from testbed.workloads.robodreamer.config import RoboDreamerConfig, check
 from testbed.workloads.robodreamer.report import SECTIONS
+from testbed.workloads.training import optimizer_step
 
 COMBOS = world.combinations()
 PHRASE_LENGTH = 16  # the longest sentence of the grammar has 15 words
 
 
-class RoboDreamerConfig(StrictModel):
-    """World size, network, diffusion and evaluation of the RoboDreamer workload."""
-
-    variant: Literal["compositional", "monolithic"] = "compositional"
-    goal_image: bool = Field(False, description="add the final frame as an extra factor (Eqs. 5-6)")
-    grid: int = Field(7, ge=4, le=16, description="cells per side of the table")
-    frames: int = Field(3, ge=1, description="frames generated after the given first frame (one cell per frame)")
-    channels: int = Field(32, gt=0)
-    embed: int = Field(64, ge=8, multiple_of=2)
-    blocks: int = Field(3, ge=1)
-    diffusion_steps: int = Field(100, ge=2)
-    sample_steps: int = Field(20, ge=1, description="DDIM steps at evaluation")
-    guidance: float = Field(4.0, gt=0, description="w of Alg. 2 (w = K is the plain product of experts)")
-    p_uncond: float = Field(0.1, ge=0, lt=1, description="share of training rows with the null condition")
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(32, gt=0)
-    held_out_share: float = Field(0.25, gt=0, lt=0.5, description="share of move combinations never trained on")
-    eval_per_combo: int = Field(4, gt=0, description="evaluation scenes per combination")
-
-
-@register
-class RoboDreamer(Workload):
+class RoboDreamerWorkload(Workload):
     """Compositional (parsed, score-averaged) text-to-video diffusion against the sentence-conditioned model."""
 
     name = "robodreamer"
     Config = RoboDreamerConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "data_rng", "train_rng", "steps_done")
-    summary = "compositional video diffusion over parsed instruction components vs whole-sentence conditioning"
     headline_metric = ("test_success_unseen", "max")
     report_sections = SECTIONS
-
-    @classmethod
-    def check(cls, config: RoboDreamerConfig, data: DataConfig) -> None:
-        if config.frames > config.grid - 2:
-            # A vertical and a horizontal slide over the whole grid would always cross.
-            raise ScenarioError(f"workload.frames: two blocks cannot slide {config.frames} cells each on a "
-                                f"{config.grid}-cell grid without meeting; use frames <= grid - 2")
-        if config.sample_steps > config.diffusion_steps:
-            raise ScenarioError(f"workload.sample_steps: {config.sample_steps} exceeds diffusion_steps "
-                                f"{config.diffusion_steps}")
 
     def __init__(self, config: RoboDreamerConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
@@ -128,10 +97,7 @@ class RoboDreamer(Workload):
             conds = self.components(batch["sentences"], video)
             loss = diffusion.training_loss(self.model, video[:, 1:], video[:, 0], conds, self.abar,
                                            self.config.p_uncond, self.train_rng)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, loss)
             self.steps_done += 1
         return {"train_loss": total / steps}
 

@@ -4,29 +4,22 @@ and the delayed-recall outputs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from testbed.report.plots import figure_image  # noqa: E402
-from testbed.report.render import RunData  # noqa: E402
-from testbed.report.sections import ReportSection, table  # noqa: E402
-
-MISSING = "<p>No frames were saved (the run has not finished, or it ran the other task).</p>"
+from testbed.report.plots import figure_image, plt
+from testbed.report.render import RunData
+from testbed.report.sections import ArraySection, ReportSection, table
 
 
-class FramesSection(ReportSection):
+class FramesSection(ArraySection):
     """Test sequences: the input frames, the true future and the network's closed-loop prediction."""
 
     title = "Predicted frames (test sequences)"
+    requires = ("targets", "predictions", "frames_in")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "predictions" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         targets, predictions, frames_in = arrays["targets"], arrays["predictions"], int(arrays["frames_in"])
         count, length = targets.shape[:2]
         fig, axes = plt.subplots(2 * count, length, figsize=(length * 0.9, 2 * count * 0.95), dpi=100)
@@ -48,15 +41,13 @@ class FramesSection(ReportSection):
             fig, out_dir / "stc-frames.png", "predicted frames")
 
 
-class HorizonSection(ReportSection):
+class HorizonSection(ArraySection):
     """Per-pixel MSE of each future frame: how the closed-loop error grows with the horizon."""
 
     title = "Prediction error by horizon"
+    requires = ("horizon_mse",)
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "horizon_mse" not in arrays:
-            return MISSING
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         mse = arrays["horizon_mse"]
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
         ax.plot(np.arange(1, len(mse) + 1), mse, marker="o")
@@ -69,15 +60,13 @@ class HorizonSection(ReportSection):
         return figure_image(fig, out_dir / "stc-horizon.png", "error by horizon") + table(rows, ("metric", "final"))
 
 
-class RecallSection(ReportSection):
+class RecallSection(ArraySection):
     """Delayed recall: the first frame shown, and the network's output when the cue arrives."""
 
     title = "Delayed recall"
+    requires = ("recall_targets", "recall_outputs")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "recall_outputs" not in arrays:
-            return "<p>This run trained the prediction task (task: predict).</p>"
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         targets, outputs = arrays["recall_targets"], arrays["recall_outputs"]
         fig, axes = plt.subplots(2, len(targets), figsize=(1.4 * len(targets), 3), dpi=100)
         for i in range(len(targets)):

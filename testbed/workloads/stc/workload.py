@@ -1,7 +1,7 @@
 """STC spiking neurons as a scenario workload (Wang & Yu, ICML 2024): ``variant: stc | lif | plif``.
 
 ``task: predict`` trains the spiking network to predict moving digits (``data.dataset:
-moving_digits``, registered by `testbed.workloads.stc.data`): ``frames_in`` true frames, then the
+moving_digits``, `testbed.data.moving_digits`): ``frames_in`` true frames, then the
 rest of the 10-frame sequence in closed loop, scored by MSE, MAE, SSIM and PSNR of the future
 frames. ``task: recall`` is the delayed-recall probe of the temporal pathway: reproduce the first
 frame when a cue arrives ``delay`` steps later. As a `FederatedWorkload` the same predictor trains
@@ -12,42 +12,26 @@ Example: ``testbed run scenarios/workloads/stc.yaml --no-sweep --set workload.va
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.data import Dataset, load_selected, train_test_split
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
+from testbed.data.datasets import Dataset, train_test_split
+from testbed.data.select import load_selected
 from testbed.seeding import SeedTree
-from testbed.workloads.base import FederatedWorkload, register
-from testbed.workloads.classifier import BatchStream
-from testbed.workloads.stc import data as moving
+from testbed.workloads.base import FederatedWorkload
+from testbed.workloads.classifier.model import BatchStream
+from testbed.workloads.stc.config import STCConfig, check
+from testbed.workloads.stc.data import recall_batch
 from testbed.workloads.stc.metrics import frame_metrics
 from testbed.workloads.stc.network import SpikingPredictor
 from testbed.workloads.stc.report import SECTIONS
+from testbed.workloads.training import optimizer_step
 
 SHOWN = 4  # test sequences kept for the report
 
 
-class StcConfig(StrictModel):
-    """Neuron, task, network and optimiser of the STC workload."""
-
-    variant: Literal["stc", "lif", "plif"] = "stc"
-    task: Literal["predict", "recall"] = "predict"
-    frames_in: int = Field(5, gt=0, description="predict: true input frames before the closed-loop future")
-    delay: int = Field(8, gt=0, description="recall: steps between the frame and the cue")
-    channels: int = Field(16, gt=0)
-    layers: int = Field(2, gt=0)
-    groups: int = Field(4, gt=0, description="GroupNorm groups (must divide channels)")
-    lr: float = Field(3e-3, gt=0, description="Adam (the paper: 1e-3 over 500 epochs; faster at this scale)")
-    batch_size: int = Field(16, gt=0)
-    eval_size: int = Field(200, gt=0, description="test sequences scored at each evaluation")
-
-
-def build_predictor(config: StcConfig) -> SpikingPredictor:
+def build_predictor(config: STCConfig) -> SpikingPredictor:
     """The network; parameters are drawn from torch's global RNG (seed it first)."""
     return SpikingPredictor(config.variant, config.channels, config.layers, config.frames_in, config.groups)
 
@@ -65,29 +49,17 @@ def future_metrics(model: SpikingPredictor, frames: torch.Tensor) -> dict[str, f
     return frame_metrics(predicted, frames[:, model.frames_in :])
 
 
-@register
-class Stc(FederatedWorkload):
+class STCWorkload(FederatedWorkload):
     """Convolutional spiking predictor with STC-LIF, LIF or PLIF neurons."""
 
     name = "stc"
-    Config = StcConfig
+    Config = STCConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "steps_done")
-    summary = "spiking next-frame prediction of moving digits: STC-LIF autaptic gates vs LIF / PLIF"
     headline_metric = ("test_mse", "min")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: StcConfig, data: DataConfig) -> None:
-        if data.dataset != "moving_digits":
-            raise ScenarioError(f"workload.name: stc predicts sequences; set data.dataset: moving_digits "
-                                f"(got '{data.dataset}')")
-        if config.frames_in >= moving.FRAMES:
-            raise ScenarioError(f"workload.frames_in: {config.frames_in} leaves no frame to predict in the "
-                                f"{moving.FRAMES}-frame sequences of moving_digits")
-        if config.channels % config.groups:
-            raise ScenarioError(f"workload.groups: {config.groups} does not divide channels {config.channels}")
-
-    def __init__(self, config: StcConfig, data: DataConfig, seeds: SeedTree):
+    def __init__(self, config: STCConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         self.train_set, self.test_set = train_test_split(load_selected(data), data.test_fraction,
                                                          seeds.integer("data.split"))
@@ -106,7 +78,7 @@ class Stc(FederatedWorkload):
 
     def _loss(self, frames: torch.Tensor) -> torch.Tensor:
         if self.config.task == "recall":
-            inputs = moving.recall_batch(frames[:, 0], self.config.delay)
+            inputs = recall_batch(frames[:, 0], self.config.delay)
             return torch.nn.functional.mse_loss(self.model.recall(inputs), frames[:, 0])
         return prediction_loss(self.model, frames)
 
@@ -114,11 +86,7 @@ class Stc(FederatedWorkload):
         self.model.train()
         total = 0.0
         for _ in range(steps):
-            loss = self._loss(self.train_x[self.stream.next()])
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, self._loss(self.train_x[self.stream.next()]))
             self.steps_done += 1
         return {"train_loss": total / steps}
 
@@ -126,7 +94,7 @@ class Stc(FederatedWorkload):
         """The network's outputs at the cue for the test sequences' first frames."""
         self.model.eval()
         with torch.no_grad():
-            return self.model.recall(moving.recall_batch(self.test_x[:, 0], self.config.delay))
+            return self.model.recall(recall_batch(self.test_x[:, 0], self.config.delay))
 
     def evaluate(self) -> dict[str, float]:
         if self.config.task == "recall":
@@ -139,11 +107,11 @@ class Stc(FederatedWorkload):
         return {f"test_{key}": value for key, value in metrics.items()}
 
     @classmethod
-    def model_for(cls, config: StcConfig, data: Dataset) -> torch.nn.Module:
+    def model_for(cls, config: STCConfig, data: Dataset) -> torch.nn.Module:
         return build_predictor(config)
 
     @classmethod
-    def fit_client(cls, model: torch.nn.Module, data: Dataset, config: StcConfig, epochs: int,
+    def fit_client(cls, model: torch.nn.Module, data: Dataset, config: STCConfig, epochs: int,
                    generator: torch.Generator, proximal_mu: float = 0.0) -> float:
         """Local epochs of Adam on next-frame prediction over the client's sequences."""
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -158,10 +126,7 @@ class Stc(FederatedWorkload):
                 if anchor is not None:  # FedProx's proximal term
                     drift = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
                     loss = loss + proximal_mu / 2 * drift
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total, batches = total + loss.item(), batches + 1
+                total, batches = total + optimizer_step(optimizer, loss), batches + 1
         return total / max(batches, 1)
 
     @classmethod

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import plt
+from testbed.report.plots import figure_image, plt
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
+from testbed.report.sections import ArraySection, ReportSection, table
 from testbed.workloads.strwae.data import LIGHTS
 
 # Final metrics shown in the probe table, with the value a representation without information has.
@@ -24,8 +25,9 @@ PROBE_ROWS = (
 )
 
 
-def plot_mosaic(path: Path, images: np.ndarray, title: str, row_labels: list[str], col_labels: list[str]) -> Path:
-    """A grid of grey 8x8 images, ``images`` shaped (rows, columns, 8, 8)."""
+def plot_mosaic(path: Path, images: np.ndarray, title: str, row_labels: list[str], col_labels: list[str],
+                alt: str) -> str:
+    """A grid of grey 8x8 images, ``images`` shaped (rows, columns, 8, 8), saved as ``path``; its <img>."""
     rows, cols = images.shape[:2]
     fig, axes = plt.subplots(rows, cols, figsize=(0.8 * cols + 1.2, 0.8 * rows + 0.6), dpi=100, squeeze=False)
     for (r, c), ax in np.ndenumerate(axes):
@@ -36,24 +38,19 @@ def plot_mosaic(path: Path, images: np.ndarray, title: str, row_labels: list[str
         if r == 0:
             ax.set_title(col_labels[c], fontsize=7)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return figure_image(fig, path, alt)
 
 
-def plot_embedding(path: Path, points: np.ndarray, colours: np.ndarray, title: str, names: list[str]) -> Path:
-    """2-D projection of the representation, one colour per category."""
+def plot_embedding(path: Path, points: np.ndarray, colours: np.ndarray, title: str, names: list[str],
+                   alt: str) -> str:
+    """2-D projection of the representation, one colour per category, saved as ``path``; its <img>."""
     fig, ax = plt.subplots(figsize=(4.6, 3.8), dpi=110)
     for index, name in enumerate(names):
         chosen = colours == index
         ax.scatter(points[chosen, 0], points[chosen, 1], s=5, alpha=0.6, label=name)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6, markerscale=2, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return figure_image(fig, path, alt)
 
 
 class RepresentationSection(ReportSection):
@@ -70,30 +67,29 @@ class RepresentationSection(ReportSection):
         arrays = data.artifacts
         if "embedding" in arrays:
             light = plot_embedding(out_dir / "strwae-by-light.png", arrays["embedding"], arrays["embedding_s"],
-                                   "coloured by light S (nuisance)", list(LIGHTS))
+                                   "coloured by light S (nuisance)", list(LIGHTS), "by light")
             digit = plot_embedding(out_dir / "strwae-by-digit.png", arrays["embedding"], arrays["embedding_y"],
-                                   "coloured by digit Y", [str(d) for d in range(10)])
-            html += f'<div class="grid">{image(light.name, "by light")}{image(digit.name, "by digit")}</div>'
+                                   "coloured by digit Y", [str(d) for d in range(10)], "by digit")
+            html += f'<div class="grid">{light}{digit}</div>'
         return html
 
 
-class GenerationSection(ReportSection):
+class GenerationSection(ArraySection):
     """Decoded images: generation from the prior, and test images decoded under every light."""
 
     title = "Generation and relighting"
+    requires = ("generated", "generated_kind", "relit")
 
-    def render(self, data: RunData, out_dir: Path) -> str:
-        arrays = data.artifacts
-        if "generated" not in arrays:
-            return "<p>No samples were saved (the run has not finished).</p>"
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         generated = arrays["generated"]
         kind = str(arrays["generated_kind"])
         cols = list(LIGHTS) if kind != "unconditional" else [""] * generated.shape[1]
         rows = [f"y={d}" for d in range(10)] if kind == "digit and light" else [""] * generated.shape[0]
-        first = plot_mosaic(out_dir / "strwae-generated.png", generated, f"samples from the prior ({kind})", rows, cols)
+        first = plot_mosaic(out_dir / "strwae-generated.png", generated, f"samples from the prior ({kind})", rows, cols,
+                            "generated")
         relit = arrays["relit"]
         conditional = relit.shape[1] > 2
         relit_cols = ["original"] + (list(LIGHTS) if conditional else ["reconstruction"])
         title = "test images decoded under each light" if conditional else "test images and reconstructions"
-        second = plot_mosaic(out_dir / "strwae-relit.png", relit, title, [""] * relit.shape[0], relit_cols)
-        return f'<div class="grid">{image(first.name, "generated")}{image(second.name, "relit")}</div>'
+        second = plot_mosaic(out_dir / "strwae-relit.png", relit, title, [""] * relit.shape[0], relit_cols, "relit")
+        return f'<div class="grid">{first}{second}</div>'

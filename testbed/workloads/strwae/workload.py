@@ -3,74 +3,42 @@
 ``variant: strwae`` trains the structured WAE of `objectives.strwae_loss`; ``wae`` a plain WAE-MMD;
 ``vae_hsic`` a light-conditioned VAE with an ad hoc HSIC penalty. The data are always the lit
 digits of `testbed.workloads.strwae.data` (``data.dataset`` must be ``digits``). Metrics: see
-`testbed.workloads.strwae.evaluation`; the headline is the light's predictability from the
+`testbed.workloads.strwae.metrics`; the headline is the light's predictability from the
 representation (``nuisance_accuracy_lr``, lower is better, chance 0.25).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
-from pydantic import Field
 from threadpoolctl import threadpool_limits
 from torch import nn
 
-from testbed.config import StrictModel
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
-from testbed.workloads.classifier import BatchStream
+from testbed.workloads.base import Workload
+from testbed.workloads.classifier.model import BatchStream
+from testbed.workloads.strwae.config import StrWAEConfig, check
 from testbed.workloads.strwae.data import NUM_LIGHTS, lit_digits
-from testbed.workloads.strwae.evaluation import Judge, probe_accuracies
+from testbed.workloads.strwae.metrics import Judge, probe_accuracies
 from testbed.workloads.strwae.models import NUM_DIGITS, HsicVAE, PlainWAE, StrWAE, one_hot
 from testbed.workloads.strwae.objectives import Batch, PenaltyWeights, strwae_loss, vae_loss, wae_loss
 from testbed.workloads.strwae.report import GenerationSection, RepresentationSection
+from testbed.workloads.training import optimizer_step
 
 EMBEDDING_POINTS = 800
 RELIT_EXAMPLES = 6
 
 
-class StrWAEConfig(StrictModel):
-    """Variant, sizes, the few labels, and the penalty weights (lambdas) of the objectives."""
-
-    variant: Literal["strwae", "wae", "vae_hsic"] = "strwae"
-    representation_dim: int = Field(8, gt=0, description="the representation: Z1 = h(Z, Y) (strwae), z (others)")
-    style_dim: int = Field(2, gt=0, description="strwae: Z ~ N(0, I), what digit and light leave unexplained")
-    hidden: int = Field(128, gt=0)
-    labels_per_class: int = Field(10, gt=0, description="labelled training images per digit")
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(128, ge=4)
-    labelled_batch_size: int = Field(32, ge=2)
-    prior_weight: float = Field(10.0, ge=0, description="MMD(Q_Z, N(0, I))")
-    label_marginal_weight: float = Field(1.0, ge=0, description="strwae: MMD(Q_Yhat, P_Y)")
-    cross_entropy_weight: float = Field(5.0, ge=0, description="strwae: CE on labelled images")
-    independence_weight: float = Field(100.0, ge=0, description="strwae: HSIC(Z, (Y, S)) + HSIC(Y, S)")
-    invariance_weight: float = Field(100.0, ge=0, description="HSIC(Z1, S) (strwae), HSIC(z, s) (vae_hsic)")
-    generated_samples: int = Field(400, ge=40)
-
-
-@register
 class StrWAEWorkload(Workload):
     """Structured WAE (StrWAE) against a plain WAE and an HSIC-penalised VAE on lit digits."""
 
     name = "strwae"
     Config = StrWAEConfig
+    check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "noise")
-    summary = "StrWAE: structured Wasserstein autoencoder; invariance to lighting with 100 labels; strwae|wae|vae_hsic"
     headline_metric = ("nuisance_accuracy_lr", "min")
     report_sections = [RepresentationSection(), GenerationSection()]
-
-    @classmethod
-    def check(cls, config: StrWAEConfig, data: DataConfig) -> None:
-        if data.dataset != "digits":
-            raise ScenarioError(f"data.dataset: the strwae workload lights scikit-learn's digits; got "
-                                f"'{data.dataset}' (use digits)")
-        if config.labelled_batch_size > 10 * config.labels_per_class:
-            raise ScenarioError(f"workload.labelled_batch_size: {config.labelled_batch_size} exceeds the "
-                                f"{10 * config.labels_per_class} labelled images (labels_per_class x 10)")
 
     def __init__(self, config: StrWAEConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
@@ -120,10 +88,7 @@ class StrWAEWorkload(Workload):
         sums: dict[str, float] = {}
         for _ in range(steps):
             loss, parts = self._loss()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            for key, value in {"train_loss": loss.item(), **parts}.items():
+            for key, value in {"train_loss": optimizer_step(self.optimizer, loss), **parts}.items():
                 sums[key] = sums.get(key, 0.0) + value
         return {key: value / steps for key, value in sums.items()}
 

@@ -20,6 +20,7 @@ import math
 import torch
 from torch import nn
 
+from testbed.workloads.training import optimizer_step
 from testbed.workloads.vsdm.dynamics import Kernels, Schedule, forward_sample
 
 
@@ -140,10 +141,6 @@ class Bridge:
             policies = torch.stack([self.backward_policy(path[k], int(i)) for k, i in enumerate(index)])
         total = 0.0
         for _ in range(steps):
-            loss = self.forward_policy_loss(path, policies, zeta)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item()
+            total += optimizer_step(optimizer, self.forward_policy_loss(path, policies, zeta))
         self.refresh()
         return total / steps

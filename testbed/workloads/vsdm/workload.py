@@ -10,66 +10,34 @@ Example: ``testbed run scenarios/workloads/vsdm.yaml --no-sweep --set workload.v
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from testbed.errors import ScenarioError
-from testbed.scenario import DataConfig, StrictModel
+from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
-from testbed.workloads.base import Workload, register
+from testbed.workloads.base import Workload
+from testbed.workloads.training import optimizer_step
 from testbed.workloads.vsdm.bridge import Bridge, ScoreNet
+from testbed.workloads.vsdm.config import VSDMConfig, check
 from testbed.workloads.vsdm.dynamics import Schedule, conditional_covariance, mean_factor, simulate_forward
 from testbed.workloads.vsdm.report import SECTIONS
 from testbed.workloads.vsdm.shapes import gaussian_kl, make_shape, pmf_rmse, sliced_wasserstein, straightness
 
-
 COVARIANCE_STEPS = 1000  # Euler steps of the simulated forward paths the closed form is checked against
 
 
-class VsdmConfig(StrictModel):
-    """Data shape, noise schedule, networks and the stage loop of VSDM."""
-
-    variant: Literal["vsdm", "dsm"] = "vsdm"
-    shape: Literal["spiral", "checkerboard"] = "spiral"
-    stretch: float = Field(8.0, gt=0, description="factor on the stretched axis (y for spiral, x for checkerboard)")
-    train_size: int = Field(3000, gt=0)
-    eval_size: int = Field(2000, ge=2)
-    beta_min: float = Field(0.1, gt=0)
-    beta_max: float = Field(10.0, gt=0)
-    beta_power: float = Field(1.7, gt=0, description="r in beta_t = beta_min + t^r (beta_max - beta_min)")
-    time_steps: int = Field(100, ge=2, description="grid points of training, sampling and A updates")
-    t_min: float = Field(1e-3, gt=0, lt=1)
-    hidden: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(256, gt=0)
-    stage_steps: int = Field(300, gt=0, description="DSM iterations between two updates of A")
-    a_paths: int = Field(512, gt=0, description="simulated backward paths per update of A")
-    a_steps: int = Field(30, gt=0, description="gradient steps on A per stage")
-    a_lr: float = Field(0.02, gt=0)
-    zeta: float = Field(1.0, ge=0, description="weight of the divergence term (interact_coef)")
-
-
-@register
-class Vsdm(Workload):
+class VSDMWorkload(Workload):
     """Variational Schrödinger diffusion on an anisotropic 2-D shape, against plain DSM (A = 0)."""
 
     name = "vsdm"
-    Config = VsdmConfig
-    summary = "variational Schrödinger diffusion (learned linear forward score) vs DSM on stretched 2-D shapes"
+    Config = VSDMConfig
+    check = staticmethod(check)
     headline_metric = ("test_sw_sde", "min")
     report_sections = SECTIONS
 
-    @classmethod
-    def check(cls, config: VsdmConfig, data: DataConfig) -> None:
-        if config.beta_max < config.beta_min:
-            raise ScenarioError(f"workload.beta_max: {config.beta_max} is below beta_min {config.beta_min}")
-        if config.batch_size > config.train_size:
-            raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_size {config.train_size}")
-
-    def __init__(self, config: VsdmConfig, data: DataConfig, seeds: SeedTree):
+    def __init__(self, config: VSDMConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         self.train_x = torch.from_numpy(make_shape(config.shape, config.stretch, config.train_size,
                                                    seeds.numpy("data.train")))
@@ -102,11 +70,7 @@ class Vsdm(Workload):
                 self.bridge.update_a(self.a_optimizer, self.config.a_paths, self.config.a_steps, self.config.zeta,
                                      self.bridge_rng)
             batch = torch.randint(0, len(self.train_x), (self.config.batch_size,), generator=self.train_rng)
-            loss = self.bridge.dsm_loss(self.train_x[batch], self.train_rng)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.item()
+            total += optimizer_step(self.optimizer, self.bridge.dsm_loss(self.train_x[batch], self.train_rng))
             self.steps_done += 1
         return {"train_loss": total / steps}
 

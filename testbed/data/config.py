@@ -1,0 +1,33 @@
+"""The ``data:`` block of a scenario and the public-set block of server-side methods.
+
+Kept free of numpy-heavy and torch imports, so that the scenario schema validates a file without
+loading any dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from testbed.config import StrictModel
+from testbed.data.partition import IidPartition, PartitionConfig
+
+
+class DataConfig(StrictModel):
+    """Which dataset a run uses, how it is split into train and test, and over how many clients."""
+
+    dataset: str = "digits"
+    path: str | None = Field(None, description="folder of a file dataset (cifar10, fashion_mnist, femnist)")
+    test_fraction: float = Field(0.25, gt=0, lt=1)
+    num_clients: int = Field(1, gt=0, description="clients (federated) or nodes (decentralized)")
+    partition: PartitionConfig = Field(default_factory=IidPartition)
+    replicate: int = Field(1, gt=0, description="repeat the training split k times before partitioning, "
+                                                 "so scale tests can have more clients than samples")
+
+
+class PublicDataConfig(StrictModel):
+    """The server's unlabelled public set: where its images come from and how many."""
+
+    source: Literal["sample_images", "noise"] = "sample_images"
+    size: int = Field(512, gt=0, description="number of public images")

@@ -1,0 +1,130 @@
+"""``kind: decentralized``: private learning on a graph, with pairwise network-DP accounting and audit.
+
+Where the nodes run follows the engine's capabilities (`testbed.decentralized.driver.nodes_backend`):
+on an engine with ``spmd`` (mpi) every rank hosts a block of nodes; with ``actors`` (ray, or local
+with ``use_ray: always``) actors host them; otherwise they run vectorised through `Engine.call` in
+one process. The driver alone writes the run folder. See `testbed.decentralized.driver` for the
+order of a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testbed.decentralized import driver
+from testbed.decentralized.problem import build_graph, build_problem
+from testbed.errors import ScenarioError
+from testbed.runner import Runner, RunContext
+from testbed.scenario import Scenario
+from testbed.topologies import TopologyError
+
+MAX_AUDIT_NODES = 512  # the attackers' tables grow as steps x n
+
+
+class DecentralizedRunner(Runner):
+    """Random-walk DP-SGD, Muffliato gossip and local DP over a networkx graph."""
+
+    kind = "decentralized"
+    needs_one_of = frozenset({"tasks", "spmd"})
+
+    def check(self, scenario: Scenario, source: str) -> None:
+        config = scenario.decentralized
+        if config is None:
+            raise ScenarioError(f"{source}: decentralized: required for kind 'decentralized' "
+                                "(e.g. decentralized: {topology: {name: ring, n: 8}, sigma: 1.0})")
+        try:
+            graph = build_graph(config, scenario.seed)
+        except TopologyError as err:
+            raise ScenarioError(f"{source}: decentralized.topology: {err}") from None
+        for index, spec in enumerate(config.comparison.topologies):
+            try:
+                build_graph(config, scenario.seed, spec.spec)
+            except TopologyError as err:
+                raise ScenarioError(f"{source}: decentralized.comparison.topologies.{index}: {err}") from None
+        if config.train:
+            _check_training(scenario, source, graph.number_of_nodes())
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        scenario, source = ctx.scenario, str(ctx.run.config_path)
+        config, data = scenario.decentralized, scenario.model_dump(mode="json")
+        problem = build_problem(data)
+        plans = {alg: driver.plan(problem, config.phase(alg), source) for alg in config.algorithms}
+        checkpoint = ctx.run.latest_checkpoint()
+        saved = driver.unpack(checkpoint["progress"]) if checkpoint else {"phase": None, "done": {}}
+        if config.comparison.enabled and "comparison" not in saved:
+            saved["comparison"] = self._comparison(ctx, data, config)
+            ctx.run.save_checkpoint(0, {"progress": driver.pack(saved)})
+        if config.algorithms:
+            self._train_all(ctx, problem, plans, saved, data)
+        ctx.run.write_artifacts(_artifacts(saved))
+        return {f"{alg}.{k}": v for alg, result in saved["done"].items() for k, v in result["numbers"].items()}
+
+    def _train_all(self, ctx: RunContext, problem, plans: dict, saved: dict, data: dict) -> None:
+        """Each algorithm in turn on the engine's nodes backend; checkpoint names keep growing."""
+        offset = 1
+        with driver.nodes_backend(ctx.engine, data, problem.n) as run_chunk:
+            for algorithm in problem.config.algorithms:
+                if algorithm not in saved["done"]:
+                    self._train(ctx, problem, algorithm, plans[algorithm], saved, offset, run_chunk)
+                offset += problem.config.phase(algorithm).steps + 1
+
+    def _comparison(self, ctx: RunContext, data: dict, config) -> dict:
+        count = max(1, len(config.comparison.topologies))
+        results = {}
+        with ctx.progress.task("epsilon by distance", total=count) as advance:
+            for index in range(count):  # accounting only: one call each (in the driver without ``tasks``)
+                results[str(index)] = ctx.engine.call(driver.comparison_arrays, data, index)
+                advance(1)
+        return results
+
+    def _train(self, ctx: RunContext, problem, algorithm: str, plan, saved: dict, offset: int, run_chunk) -> None:
+        """One algorithm from its start or its checkpoint to its end, then its results."""
+        settings = problem.config.phase(algorithm)
+        args = driver.phase_args(settings, plan)
+        if saved["phase"] == algorithm:
+            state, step = saved["state"], saved["step"]
+        else:
+            state, step = driver.initial_state(problem, args), 0
+            ctx.log_metrics(driver.record(algorithm, {"step": 0, **driver.evaluate(problem, args, state)}, plan))
+        with ctx.progress.task(algorithm, total=plan.stop, completed=step) as advance:
+            while step < plan.stop:
+                stop = min((step // settings.checkpoint_every + 1) * settings.checkpoint_every, plan.stop)
+                state, records = run_chunk(args, state, step, stop)
+                for metrics in records:
+                    ctx.log_metrics(driver.record(algorithm, metrics, plan))
+                saved.update(phase=algorithm, step=stop, state=state)
+                ctx.run.save_checkpoint(offset + stop, {"progress": driver.pack(saved)})
+                advance(stop - step)
+                step = stop
+        result = driver.finish(problem, settings, plan, state)
+        saved.update(phase=None, step=0, state=None)
+        saved["done"][algorithm] = result
+        ctx.run.save_checkpoint(offset + settings.steps + 1, {"progress": driver.pack(saved)})
+
+
+def _check_training(scenario: Scenario, source: str, n: int) -> None:
+    """What training needs: one data shard per graph node, a valid audit source, enough nodes."""
+    config = scenario.decentralized
+    if scenario.data.num_clients != n:
+        raise ScenarioError(f"{source}: data.num_clients: {scenario.data.num_clients}, but the topology "
+                            f"'{config.topology.name}' has {n} nodes; set data.num_clients: {n}")
+    if config.audit.canaries and config.audit.source >= n:
+        raise ScenarioError(f"{source}: decentralized.audit.source: node {config.audit.source} is not in 0..{n - 1}")
+    if config.audit.canaries and n > MAX_AUDIT_NODES:
+        raise ScenarioError(f"{source}: decentralized.audit.canaries: the audit supports graphs of up to "
+                            f"{MAX_AUDIT_NODES} nodes (this one has {n})")
+    scenario.engine.check(n, "nodes", source)
+    try:
+        build_problem(scenario.model_dump(mode="json"))
+    except ScenarioError as err:
+        raise ScenarioError(f"{source}: {err}") from None
+
+
+def _artifacts(saved: dict) -> dict:
+    """Everything the privacy report plots, flattened to ``<algorithm>.<array>`` keys."""
+    arrays = {}
+    for index, result in saved.get("comparison", {}).items():
+        arrays.update({f"comparison.{index}.{k}": v for k, v in result.items()})
+    for algorithm, result in saved["done"].items():
+        arrays.update({f"{algorithm}.{k}": v for k, v in result["arrays"].items()})
+    return arrays

@@ -1,0 +1,163 @@
+"""The ``engine:`` block of a scenario: one typed config per engine, and what each engine offers.
+
+Each config says, without starting anything, which primitives its engine offers (`capabilities`),
+how many training ranks it runs (`ranks`), what it checks before a run (`check`) and the
+environment a child ``testbed`` process gets (`child_environment`). The kinds ask these questions
+instead of branching on the engine's type. Importing this module imports pydantic only.
+
+Capabilities (the primitives of `testbed.engines.base.Engine`):
+
+- ``tasks``: `Engine.map` places independent calls on workers (elsewhere they run in the driver);
+- ``actors``: `Engine.actors` hosts long-lived stateful workers the driver calls;
+- ``ray``: a Ray cluster is connected in this process, for libraries that drive Ray themselves
+  (Flower's simulation engine);
+- ``spmd``: `Engine.spmd` runs one function on every rank of a persistent group with a
+  communicator (MPI ranks);
+- ``torch_distributed``: `Engine.launch` starts a torch.distributed program of N ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal, Union
+
+from pydantic import Field
+
+from testbed.config import StrictModel
+from testbed.errors import ScenarioError
+
+CAPABILITIES = ("tasks", "actors", "ray", "spmd", "torch_distributed")
+
+
+class EngineSettings(StrictModel):
+    """What every engine config answers; the engines' configs below subclass it."""
+
+    type: str
+    # The pip extra the engine needs and a module that is importable only with it installed.
+    extra: ClassVar[tuple[str, str] | None] = None
+
+    def capabilities(self) -> frozenset[str]:
+        """The primitives this engine offers with these settings."""
+        raise NotImplementedError
+
+    def ranks(self, requested: int) -> int:
+        """How many torch.distributed ranks `Engine.launch` starts; ``requested`` where the
+        engine has no count of its own."""
+        return 1
+
+    def check(self, work_units: int, unit: str, source: str) -> None:
+        """Refuse settings that cannot run ``work_units`` units of work (nodes, clients)."""
+
+    def child_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """The environment of a child ``testbed`` process (a sweep variant) of this engine."""
+        return env
+
+    def preflight(self, source: str) -> None:
+        """What can be checked before a run without starting anything (an address answers, ...)."""
+
+    def refusal(self, kind: str, needed: frozenset[str]) -> str | None:
+        """Why these settings cannot run a kind that needs one of ``needed`` (None: they can)."""
+        if self.capabilities() & needed:
+            return None
+        return f"engine.type: '{self.type}' does not run kind '{kind}' (it needs {' or '.join(sorted(needed))})"
+
+
+class LocalEngineConfig(EngineSettings):
+    """Run on this machine. Ray is started in-process when the run has parallel work."""
+
+    type: Literal["local"] = "local"
+    num_cpus: int | None = Field(None, gt=0, description="CPUs given to Ray; default: all")
+    use_ray: Literal["auto", "always", "never"] = Field(
+        "auto", description="auto: start Ray only when the run has work to spread over processes"
+    )
+    dashboard: bool = Field(False, description="start Ray's dashboard to watch the run (off: saves seconds)")
+    dashboard_host: str = Field(
+        "127.0.0.1", min_length=1,
+        description="interface the dashboard listens on; anything but loopback exposes it to the network")
+
+    def capabilities(self) -> frozenset[str]:
+        offered = {"tasks", "torch_distributed"}
+        if self.use_ray != "never":
+            offered |= {"actors", "ray"}
+        return frozenset(offered)
+
+    def refusal(self, kind: str, needed: frozenset[str]) -> str | None:
+        if self.use_ray == "never" and not self.capabilities() & needed:
+            return f"engine.use_ray: 'never' keeps Ray off, but kind '{kind}' runs on Ray; use auto"
+        return super().refusal(kind, needed)
+
+    def child_environment(self, env: dict[str, str]) -> dict[str, str]:
+        # A local variant starts its own Ray, never joins the cluster $RAY_ADDRESS names.
+        return {k: v for k, v in env.items() if k != "RAY_ADDRESS"}
+
+    def preflight(self, source: str) -> None:
+        import importlib.util
+
+        if self.dashboard and importlib.util.find_spec("aiohttp_cors") is None:
+            raise ScenarioError(f"{source}: engine.dashboard: Ray's dashboard needs its extra packages: "
+                                "pip install 'ray[default]'")
+
+
+class RayEngineConfig(EngineSettings):
+    """Join an existing Ray cluster (``ray start --head`` or ``ray up``) by address."""
+
+    type: Literal["ray"]
+    address: str = Field("auto", min_length=1, description="'auto', 'host:port' or 'ray://host:10001'")
+    num_cpus_per_task: float = Field(1.0, gt=0)
+
+    def capabilities(self) -> frozenset[str]:
+        return frozenset({"tasks", "actors", "ray", "torch_distributed"})
+
+    def ranks(self, requested: int) -> int:
+        return requested
+
+    def preflight(self, source: str) -> None:
+        from testbed.cluster.addresses import check_ray_address
+
+        check_ray_address(self.address, source)
+
+
+class DeepSpeedEngineConfig(EngineSettings):
+    """Run under the ``deepspeed`` launcher (N local processes, or a hostfile of nodes)."""
+
+    type: Literal["deepspeed"]
+    num_procs: int = Field(2, gt=0)
+    hostfile: str | None = None
+    extra: ClassVar[tuple[str, str] | None] = ("deepspeed", "deepspeed")
+
+    def capabilities(self) -> frozenset[str]:
+        return frozenset({"torch_distributed"})
+
+    def ranks(self, requested: int) -> int:
+        return self.num_procs
+
+    def check(self, work_units: int, unit: str, source: str) -> None:
+        from pathlib import Path
+
+        if self.hostfile and not Path(self.hostfile).is_file():
+            raise ScenarioError(f"{source}: engine.hostfile: '{self.hostfile}' does not exist")
+
+
+class MpiEngineConfig(EngineSettings):
+    """Run as ``mpiexec -n N`` ranks over mpi4py."""
+
+    type: Literal["mpi"]
+    num_procs: int = Field(2, gt=0)
+    hosts: list[str] = Field(default_factory=list)
+    extra: ClassVar[tuple[str, str] | None] = ("mpi", "mpi4py")
+
+    def capabilities(self) -> frozenset[str]:
+        return frozenset({"spmd"})
+
+    def check(self, work_units: int, unit: str, source: str) -> None:
+        if self.num_procs > work_units:
+            raise ScenarioError(f"{source}: engine.num_procs: {self.num_procs} ranks for {work_units} {unit}; "
+                                f"use at most one rank per {unit.rstrip('s')}")
+
+
+EngineConfig = Annotated[
+    Union[LocalEngineConfig, RayEngineConfig, DeepSpeedEngineConfig, MpiEngineConfig],
+    Field(discriminator="type"),
+]
+EngineSettingsTypes: dict[str, type[EngineSettings]] = {
+    "local": LocalEngineConfig, "ray": RayEngineConfig, "deepspeed": DeepSpeedEngineConfig, "mpi": MpiEngineConfig,
+}

@@ -1,0 +1,62 @@
+"""The registry of engines, and the checks that run before any of them starts.
+
+`ENGINES` maps an ``engine.type`` to the engine class that runs it (as a ``module:Class`` string,
+imported only when a run builds it). `preflight_engine` answers, from the engine's declared
+capabilities and without starting anything, whether the engine can run a kind (one line naming
+the engines that can), whether the pip extra it needs is installed, and whether its address
+answers. `make_engine` builds the engine of a run; `placement_engine` the one a sweep places its
+variants with.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Iterable
+
+from testbed.engines.base import Engine
+from testbed.engines.config import EngineSettings, EngineSettingsTypes
+from testbed.errors import ScenarioError, UserError
+
+ENGINES: dict[str, str] = {
+    "local": "testbed.engines.ray_engine:LocalEngine",
+    "ray": "testbed.engines.ray_engine:RayClusterEngine",
+    "deepspeed": "testbed.engines.deepspeed_engine:DeepSpeedEngine",
+    "mpi": "testbed.engines.mpi_engine:MpiEngine",
+}
+
+
+def engine_class(engine_type: str) -> type[Engine]:
+    module, _, name = ENGINES[engine_type].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def preflight_engine(settings: EngineSettings, kind: str, needs_one_of: Iterable[str], source: str) -> None:
+    """Check, without starting anything, that the engine can run ``kind`` and can be reached."""
+    needed = frozenset(needs_one_of)
+    refusal = settings.refusal(kind, needed)
+    if refusal is not None:
+        able = [name for name, model in EngineSettingsTypes.items() if model.model_construct().capabilities() & needed]
+        raise ScenarioError(f"{source}: {refusal}; engines that run it: {', '.join(able)}")
+    check_extra(settings, source)
+    settings.preflight(source)
+
+
+def check_extra(settings: EngineSettings, source: str) -> None:
+    """One line naming the pip extra an engine needs when its package is missing."""
+    if settings.extra is not None:
+        extra, module = settings.extra
+        if importlib.util.find_spec(module) is None:
+            raise UserError(f"{source}: engine.type: '{settings.type}' needs the {extra} extra: "
+                            f"pip install 'testbed[{extra}]'")
+
+
+def make_engine(settings: EngineSettings, needs: Iterable[str], parallel_tasks: int, quiet: bool = False) -> Engine:
+    """The engine of a run whose kind uses the capabilities ``needs`` and keeps ``parallel_tasks``
+    tasks busy at once."""
+    return engine_class(settings.type).build(settings, frozenset(needs), parallel_tasks, quiet)
+
+
+def placement_engine(settings: EngineSettings) -> Engine:
+    """The engine a sweep places its variant processes with (see `Engine.for_placement`)."""
+    return engine_class(settings.type).for_placement(settings)

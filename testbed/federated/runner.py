@@ -1,0 +1,90 @@
+"""``kind: federated``: Flower's simulation engine runs the clients, the testbed's round loop the server.
+
+The kind needs the engine's ``ray`` capability: a Ray cluster connected in this process (started
+in-process by ``local``, joined by ``ray``), on which Flower's Ray backend places the clients as
+actors. Either way the same seed gives the same accuracy curve: see `testbed.federated.setup` and
+`testbed.federated.server`.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from testbed.federated.config import FederatedConfig
+from testbed.runner import Runner, RunContext
+from testbed.scenario import Scenario
+
+
+def federated_config(scenario: Scenario) -> FederatedConfig:
+    return scenario.federated or FederatedConfig()
+
+
+class FederatedRunner(Runner):
+    """Federated training on Flower with a robust strategy and optional Byzantine clients."""
+
+    kind = "federated"
+    needs_one_of = frozenset({"ray"})
+
+    def check(self, scenario: Scenario, source: str) -> None:
+        from testbed.federated.checks import check_federated
+
+        check_federated(scenario.model_copy(update={"federated": federated_config(scenario)}), source)
+        if scenario.report.ood is not None:
+            from testbed.workloads.oodrobust.federated import check_ood_data
+
+            check_ood_data(scenario, source)
+
+    def parallel_tasks(self, scenario: Scenario) -> int:
+        return scenario.data.num_clients
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        from flwr.simulation import run_simulation
+
+        from testbed.federated.client import make_client_app
+        from testbed.federated.server import RoundLoop
+        from testbed.federated.setup import federation_setup
+        from testbed.federated.strategies import build_strategy
+
+        scenario = ctx.scenario.model_copy(update={"federated": federated_config(ctx.scenario)})
+        setup = federation_setup(scenario)
+        checkpoint = ctx.run.latest_checkpoint()
+        if checkpoint is None:
+            ctx.run.write_artifacts({"label_histograms": setup.label_histograms(),
+                                     "malicious": sorted(setup.malicious) or [-1]})
+        start, state = (checkpoint["step"], checkpoint["global_state"]) if checkpoint else (0, setup.build_model().state_dict())
+        resources = scenario.federated.client_resources
+        with quiet_flower():
+            loop = RoundLoop(ctx, setup, build_strategy(setup), start, state)
+            run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
+                           backend_config={"client_resources": {"num_cpus": resources.num_cpus,
+                                                                "num_gpus": resources.num_gpus}})
+        if loop.error is not None:
+            raise loop.error
+        rounds = [r for r in ctx.run.read_metrics() if "round" in r]
+        # Timings (``*_s``) vary from run to run; the summary's final metrics are the reproducible ones.
+        final = {k: v for k, v in rounds[-1].items() if k != "round" and not k.endswith("_s")} if rounds else {}
+        if scenario.report.ood is not None:  # OODRobustBench on the final global model
+            from testbed.workloads.oodrobust.federated import audit_federated_run
+
+            ood_metrics, ood_arrays = audit_federated_run(scenario, setup, loop.state)
+            ctx.run.write_artifacts({**ctx.run.read_artifacts(), **ood_arrays})
+            final.update(ood_metrics)
+        return final
+
+
+@contextmanager
+def quiet_flower() -> Iterator[None]:
+    """Flower logs every round at INFO and warns that run_simulation is deprecated; keep the console calm."""
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+

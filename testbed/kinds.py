@@ -1,0 +1,48 @@
+"""The registry of scenario kinds and report kinds: two explicit tables, read lazily.
+
+Each scenario kind is a package with a ``runner`` module (its `Runner`), a ``config`` module (its
+block of the scenario, typed) and a ``report`` module (its sections). The tables name them as
+``module:attribute`` strings, so that validating a scenario imports only the kind it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.report.sections import ReportLayout
+    from testbed.runner import Runner
+
+RUNNERS: dict[str, str] = {
+    "workload": "testbed.workloads.runner:WorkloadRunner",
+    "federated": "testbed.federated.runner:FederatedRunner",
+    "decentralized": "testbed.decentralized.runner:DecentralizedRunner",
+    "pretrain": "testbed.pretrain.runner:PretrainRunner",
+}
+
+# The sections each report kind adds to the generic ones (summary, metric curves, scenario).
+REPORT_LAYOUTS: dict[str, str | None] = {
+    "training": None,
+    "robustness": "testbed.federated.report:LAYOUT",
+    "privacy": "testbed.decentralized.report:LAYOUT",
+    "pretraining": "testbed.pretrain.report:LAYOUT",
+}
+
+
+def _resolve(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@cache
+def runner(kind: str) -> "Runner":
+    """The runner of scenario kind ``kind`` (one instance per process)."""
+    return _resolve(RUNNERS[kind])()
+
+
+def report_layout(report_kind: str) -> "ReportLayout | None":
+    """The sections report kind ``report_kind`` adds, or None for the generic page."""
+    target = REPORT_LAYOUTS.get(report_kind)
+    return _resolve(target) if target else None

@@ -1,0 +1,55 @@
+"""The runner interface: what a scenario kind provides to be validated, run and resumed.
+
+A kind is one package (``testbed/workloads``, ``testbed/federated``, ``testbed/decentralized``,
+``testbed/pretrain``) whose ``runner`` module defines a `Runner`; `testbed.kinds` lists them. A
+runner says which engine capabilities it needs (`needs_one_of`), and uses only the `Engine`
+primitives: it never asks which engine it runs on. This module imports nothing above it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from testbed.engines.base import Engine
+    from testbed.progress import ProgressReporter
+    from testbed.report.sections import ReportSection
+    from testbed.run import RunFolder
+    from testbed.scenario import Scenario
+
+
+@dataclass
+class RunContext:
+    """What a runner gets: the scenario, its folder, an engine, a progress bar and a metrics sink."""
+
+    scenario: "Scenario"
+    run: "RunFolder"
+    engine: "Engine"
+    progress: "ProgressReporter"
+    log_metrics: Callable[[dict[str, Any]], None]
+
+
+class Runner(ABC):
+    """Runs one kind of scenario from a fresh start or from the run folder's last checkpoint."""
+
+    kind: ClassVar[str]
+    # The engine capabilities of which the kind needs at least one (see `testbed.engines.config`).
+    needs_one_of: ClassVar[frozenset[str]] = frozenset({"tasks"})
+
+    def check(self, scenario: "Scenario", source: str) -> None:
+        """Validation beyond the schema that needs no workers (raise `ScenarioError`)."""
+
+    def parallel_tasks(self, scenario: "Scenario") -> int:
+        """How many tasks the run keeps busy at once; decides whether ``local`` starts Ray."""
+        return 1
+
+    def report_sections(self, config: dict[str, Any]) -> list["ReportSection"]:
+        """The kind's own sections of the report of a run with the resolved scenario ``config``."""
+        return []
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        """Run (or continue) the scenario; return the final metrics for summary.json."""

@@ -1,0 +1,93 @@
+"""``kind: workload``: train one workload centrally, checkpointing every ``checkpoint_every`` steps.
+
+The training runs in chunks between checkpoints. Each chunk is one engine call (`Engine.call`)
+that takes the previous state and returns the new one with its metrics records, so the driver
+alone writes the run folder and a chunk computes the same numbers on whichever worker or node the
+engine picks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from testbed.runner import Runner, RunContext
+from testbed.scenario import Scenario
+from testbed.workloads import registry
+
+if TYPE_CHECKING:
+    from testbed.report.sections import ReportSection
+    from testbed.workloads.base import Workload
+
+
+def build_workload(scenario: Scenario) -> "Workload":
+    """The scenario's workload, freshly initialised from the root seed."""
+    from testbed.seeding import SeedTree
+
+    assert scenario.workload is not None  # the loader requires it for this kind
+    name = scenario.workload.name
+    config = registry.config_class(name).model_validate(scenario.workload.params)
+    return registry.workload_class(name)(config, scenario.data, SeedTree(scenario.seed).child("workload"))
+
+
+def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) -> tuple[dict, list[dict]]:
+    """Train steps ``start..stop`` from ``state``; emit a record at every ``eval_every`` boundary and at the end.
+
+    Training metrics are averaged over the steps since the previous record, carried across
+    chunks in the state, so records do not depend on where checkpoints fall.
+    """
+    from testbed.determinism import single_threaded
+
+    scenario = Scenario.model_validate(scenario_data)
+    loop = scenario.training
+    with single_threaded():
+        workload = build_workload(scenario)
+        pending: dict[str, float] = {}
+        pending_steps = 0
+        if state is not None:
+            workload.load_state_dict(state["workload"])
+            pending, pending_steps = dict(state["pending"]), state["pending_steps"]
+        records: list[dict[str, Any]] = []
+        step = start
+        while step < stop:
+            span = min((step // loop.eval_every + 1) * loop.eval_every, stop) - step
+            for key, value in workload.train(span).items():
+                pending[key] = pending.get(key, 0.0) + value * span
+            pending_steps += span
+            step += span
+            if step % loop.eval_every == 0 or step == loop.steps:
+                means = {key: total / pending_steps for key, total in pending.items()}
+                records.append({"step": step, **means, **workload.evaluate()})
+                pending, pending_steps = {}, 0
+        state = {"workload": workload.state_dict(), "pending": pending, "pending_steps": pending_steps}
+        if stop == loop.steps:
+            state["artifacts"] = workload.artifacts()
+        return state, records
+
+
+class WorkloadRunner(Runner):
+    """Central training of a single workload."""
+
+    kind = "workload"
+
+    def report_sections(self, config: dict[str, Any]) -> list["ReportSection"]:
+        name = (config.get("workload") or {}).get("name")
+        return list(registry.workload_class(name).report_sections) if name and registry.is_registered(name) else []
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        loop = ctx.scenario.training
+        checkpoint = ctx.run.latest_checkpoint()
+        state, step = (checkpoint["state"], checkpoint["step"]) if checkpoint else (None, 0)
+        scenario_data = ctx.scenario.model_dump(mode="json")
+        with ctx.progress.task("training", total=loop.steps, completed=step) as advance:
+            while step < loop.steps:
+                stop = min((step // loop.checkpoint_every + 1) * loop.checkpoint_every, loop.steps)
+                state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
+                for record in records:
+                    ctx.log_metrics(record)
+                if "artifacts" in state:
+                    ctx.run.write_artifacts(state.pop("artifacts"))
+                ctx.run.save_checkpoint(stop, {"state": state})
+                advance(stop - step)
+                step = stop
+        evaluated = [r for r in ctx.run.read_metrics() if any(k.startswith("test_") for k in r)]
+        return {k: v for k, v in evaluated[-1].items() if k != "step"} if evaluated else {}
