@@ -1,8 +1,8 @@
 """DeepSpeed hostfiles and MPI host lists, from the live Ray cluster or from a file of hosts.
 
-    python -m cluster.hostfiles --from-ray auto --deepspeed hostfile --mpi hosts.txt
+    python -m testbed.cluster.hostfiles --from-ray auto --deepspeed hostfile --mpi hosts.txt
     scontrol show hostnames "$SLURM_JOB_NODELIST" > nodes.txt
-    python -m cluster.hostfiles --from-file nodes.txt --slots 4 --deepspeed hostfile
+    python -m testbed.cluster.hostfiles --from-file nodes.txt --slots 4 --deepspeed hostfile
 
 Formats written:
 
@@ -16,11 +16,17 @@ A node's slots are its GPUs, or its CPUs where it has none, unless ``--slots`` f
 nodes that share one address (an emulated cluster on one machine) become one host with their slots
 summed, since a launcher starts processes per machine, not per Ray node. An input file lists one
 host per line, optionally as ``host slots=N`` or ``host:N``; ``#`` starts a comment.
+
+Every host is checked by `validate_host`: an RFC 1123 host name or an IPv4/IPv6 address, nothing
+else. Host names end up on the command lines of ssh, pdsh and mpiexec, so a "host" such as
+``-Fevil.cfg`` (an ssh option that reads a config, and runs its ProxyCommand) or ``a;touch x`` is
+refused before anything is started; `ssh_probe_command` also ends ssh's options with ``--``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import sys
 from dataclasses import dataclass
@@ -29,7 +35,48 @@ from typing import Any, Iterable
 
 from testbed.errors import UserError
 
-HOST_LINE = re.compile(r"^(?P<host>[A-Za-z0-9_.-]+)(?::(?P<colon>\d+)|\s+slots\s*=\s*(?P<slots>\d+))?$")
+HOST_LINE = re.compile(r"^(?P<host>\S+)(?:\s+slots\s*=\s*(?P<slots>\d+))?$")
+HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_HOST_NAME = 253
+
+
+def validate_host(name: str) -> str:
+    """``name`` if it is an RFC 1123 host name (dot-separated labels of letters, digits and '-', no
+    label starting or ending with '-', at most 253 characters) or an IPv4/IPv6 address; otherwise
+    a `UserError` naming it. Nothing else may reach ssh, pdsh or mpiexec as a host: a leading '-'
+    would be read as an option, other characters by a shell."""
+    if isinstance(name, str) and "%" not in name:  # no IPv6 scope ids: they take any characters
+        try:
+            ipaddress.ip_address(name)
+            return name
+        except ValueError:
+            pass
+        if 0 < len(name) <= MAX_HOST_NAME and all(HOST_LABEL.fullmatch(label) for label in name.split(".")):
+            return name
+    shown = repr(name) if len(str(name)) <= 80 else repr(str(name)[:80]) + "..."
+    raise UserError(f"host {shown} is not a valid host name or IP address (RFC 1123: dot-separated labels of "
+                    "letters, digits and '-', not starting or ending with '-')")
+
+
+def validate_host_entry(entry: str) -> str:
+    """``entry`` if it is ``host`` or ``host:N`` (an ``mpi`` scenario's ``engine.hosts`` item,
+    ``mpiexec -hosts``) with a host `validate_host` accepts; otherwise a `UserError` naming it.
+    An IPv6 address is taken whole (``fe80::1:4`` is an address, not a host with 4 slots)."""
+    validate_host(_split_count(entry)[0])
+    return entry
+
+
+def ssh_probe_command(host: str) -> list[str]:
+    """The ssh command that checks passwordless SSH to ``host`` (validated; ``--`` ends the options)."""
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--", validate_host(host), "true"]
+
+
+def _split_count(entry: str) -> tuple[str, str | None]:
+    """``host:N`` as (host, "N"); anything else, an IPv6 address included, as (entry, None)."""
+    host, colon, count = entry.rpartition(":")
+    if not colon or not count.isdigit() or ":" in host:
+        return entry, None
+    return host, count
 
 
 @dataclass(frozen=True)
@@ -38,6 +85,9 @@ class Host:
 
     name: str
     slots: int
+
+    def __post_init__(self) -> None:
+        validate_host(self.name)
 
 
 def hosts_from_nodes(nodes: Iterable[dict[str, Any]], slots: int | None = None) -> list[Host]:
@@ -57,8 +107,8 @@ def hosts_from_ray(address: str = "auto", slots: int | None = None) -> list[Host
 
     if ray.is_initialized():
         return _non_empty(hosts_from_nodes(ray.nodes(), slots), f"Ray cluster at {address}")
-    from cluster.local import gcs_tables
-    from testbed.engines.ray_engine import check_ray_address, resolve_auto_address
+    from .local import gcs_tables
+    from .addresses import check_ray_address, resolve_auto_address
 
     check_ray_address(address, "--from-ray")
     resolved = resolve_auto_address() if address == "auto" else address
@@ -79,10 +129,15 @@ def hosts_from_file(path: str | Path, slots: int | None = None) -> list[Host]:
         if not line:
             continue
         match = HOST_LINE.match(line)
-        if match is None:
+        host, colon = _split_count(line.split()[0])
+        try:
+            validate_host(host)  # first, so that a bad host is refused by name, whatever follows it
+        except UserError as err:
+            raise UserError(f"{path}:{number}: {err}") from None
+        if match is None or (colon is not None and match["slots"] is not None):
             raise UserError(f"{path}:{number}: expected 'host', 'host slots=N' or 'host:N', got {line!r}")
-        count = slots or int(match["colon"] or match["slots"] or 1)
-        merged[match["host"]] = merged.get(match["host"], 0) + count
+        count = slots or int(colon or match["slots"] or 1)
+        merged[host] = merged.get(host, 0) + count
     return _non_empty([Host(name, count) for name, count in merged.items()], str(path))
 
 
@@ -112,7 +167,7 @@ def mpi_hosts(hosts: Iterable[Host]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cluster.hostfiles", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.cluster.hostfiles", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-ray", metavar="ADDRESS", help="a live Ray cluster: 'auto' or host:port")
     source.add_argument("--from-file", type=Path, metavar="FILE", help="a file of hosts")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from testbed.config import StrictModel
-from testbed.errors import ScenarioError
+from testbed.errors import ScenarioError, UserError
 
 CAPABILITIES = ("tasks", "actors", "ray", "spmd", "torch_distributed")
 
@@ -142,8 +142,18 @@ class MpiEngineConfig(EngineSettings):
 
     type: Literal["mpi"]
     num_procs: int = Field(2, gt=0)
-    hosts: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list, description="host or host:N entries (mpiexec -hosts)")
     extra: ClassVar[tuple[str, str] | None] = ("mpi", "mpi4py")
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_are_host_names(cls, hosts: list[str]) -> list[str]:
+        from testbed.cluster.hostfiles import validate_host_entry
+
+        try:
+            return [validate_host_entry(host) for host in hosts]
+        except UserError as err:  # pydantic reports ValueErrors with the field's path
+            raise ValueError(str(err)) from None
 
     def capabilities(self) -> frozenset[str]:
         return frozenset({"spmd"})

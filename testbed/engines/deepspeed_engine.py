@@ -43,10 +43,10 @@ class DeepSpeedEngine(InProcessEngine):
 def check_hosts_reachable(hostfile: str) -> None:
     """The deepspeed launcher reaches every host of a hostfile, localhost included, by passwordless
     SSH (pdsh): check that first, so a missing key is one line here, not a launcher traceback."""
-    from testbed.cluster.hostfiles import hosts_from_file
+    from testbed.cluster.hostfiles import hosts_from_file, ssh_probe_command
 
     for host in hosts_from_file(hostfile):
-        command = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", host.name, "true"]
+        command = ssh_probe_command(host.name)  # validated, and "--" before it: never an ssh option
         try:
             reached = subprocess.run(command, capture_output=True, timeout=15).returncode == 0
         except (OSError, subprocess.TimeoutExpired):

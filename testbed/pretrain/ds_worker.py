@@ -14,7 +14,14 @@ same for any number of processes.
 
 Rank 0 appends events to ``RUN/worker/events.jsonl`` (metrics records, finished checkpoints); the
 driver streams them into the run folder. Ranks write nothing else but DeepSpeed checkpoints
-(``RUN/deepspeed/<tag>/``). A rank whose driver has died stops at its next step.
+(``RUN/deepspeed/<tag>/``) and, when one stops on a user error, its one-line message
+(``RUN/worker/user-error.rank<N>``, see `report_user_error`; the driver raises it with
+`raise_reported_user_error`). A rank whose driver has died stops at its next step.
+
+Checkpoints are read back only through torch's weights-only unpickler (`WEIGHTS_ONLY_ENGINE`
+replaces DeepSpeed's checkpoint engine, whose loads unpickle anything): a DeepSpeed file in the run
+folder that holds more than tensors and plain values, such as a pickle that runs a command, is
+refused with a `UserError` naming it and never executed.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import argparse
 import json
 import math
 import os
+import pickle
+import re
 import socket
 import sys
 import time
@@ -33,6 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from testbed.errors import UserError
 from testbed.loading import validate_raw
 from testbed.pretrain.batches import TrainingData
 from testbed.pretrain.config import PretrainConfig
@@ -46,6 +56,7 @@ from testbed.seeding import SeedTree
 
 DRIVER_PID = "TESTBED_DRIVER_PID"
 DRIVER_HOST = "TESTBED_DRIVER_HOST"
+USER_ERROR_PREFIX = "user-error.rank"  # RUN/worker/user-error.rank<N>: the one-line message of a rank's UserError
 
 
 def deepspeed_config(batch_size: int, world: int, grad_clip: float, zero_stage: int, bf16: bool) -> dict[str, Any]:
@@ -60,6 +71,102 @@ def deepspeed_config(batch_size: int, world: int, grad_clip: float, zero_stage: 
         "bf16": {"enabled": bf16},
         "steps_per_print": 2**31 - 1,
     }
+
+
+def deepspeed_safe_globals() -> list[type]:
+    """The DeepSpeed classes inside DeepSpeed's own checkpoints of this testbed's runs, allowed to
+    torch's weights-only unpickler while it loads them (and only then).
+
+    With ZeRO stages 1-3 (fp32 or bf16) the optimizer-state files hold a `LossScaler` (a static
+    loss scale: plain attributes), the `ZeroStageEnum` (an int enum) and `fragment_address`
+    (a dataclass of two ints). The unpickler rebuilds them from numbers without calling anything
+    else; every other global stays refused. The model-state files need none of them.
+    """
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, ZeroStageEnum, fragment_address]
+
+
+class UnsafeCheckpointError(UserError):
+    """A DeepSpeed checkpoint file that torch's weights-only unpickler refuses."""
+
+
+def _refusal(err: BaseException) -> str:
+    """The specific line of a weights-only refusal (which global or opcode), without torch's advice."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(err).splitlines()]
+    lines = [line for line in lines if line]
+    detail = next((line for line in lines[1:] if "GLOBAL" in line or "Unsupported" in line),
+                  lines[0] if lines else type(err).__name__)
+    detail = detail.removeprefix("WeightsUnpickler error:").strip().split(". Please use", 1)[0]
+    return detail[:200]
+
+
+def load_checkpoint_file(path: str, map_location=None) -> Any:
+    """One file of a DeepSpeed checkpoint, with torch's weights-only unpickler (DeepSpeed's own
+    classes of `deepspeed_safe_globals` allowed); an `UnsafeCheckpointError` naming it otherwise."""
+    try:
+        with torch.serialization.safe_globals(deepspeed_safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise UnsafeCheckpointError(
+            f"{path}: not a checkpoint this testbed can load safely, so it was not loaded: the run folder's "
+            f"DeepSpeed checkpoint was changed or is not this testbed's (refused: {_refusal(err)})") from None
+
+
+def weights_only_checkpoint_engine(engine) -> None:
+    """Make every checkpoint load of a DeepSpeed ``engine`` go through `load_checkpoint_file`.
+
+    DeepSpeed reads every file of a checkpoint (model states, ZeRO optimizer states) through
+    ``engine.checkpoint_engine.load``, whose default (`TorchCheckpointEngine`) is
+    ``torch.load(weights_only=False)``. The engine gets a subclass that changes only ``load``
+    (saving is DeepSpeed's, byte for byte). Another checkpoint engine (a DeepSpeed config asking
+    for the fast, decoupled or DataStates writer) is refused rather than left unpickling.
+    """
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
+        def load(self, path: str, map_location=None):
+            return load_checkpoint_file(path, map_location)
+
+    if type(engine.checkpoint_engine) is not TorchCheckpointEngine:
+        raise RuntimeError(f"DeepSpeed chose the checkpoint engine {type(engine.checkpoint_engine).__name__}, "
+                           "whose loads are not weights-only; the testbed only runs with TorchCheckpointEngine")
+    if engine.load_universal_checkpoint():
+        raise RuntimeError("DeepSpeed universal checkpoints load with torch.load(weights_only=False)")
+    engine.checkpoint_engine = WeightsOnlyCheckpointEngine(engine._config)
+
+
+def report_user_error(run_dir: Path, err: UserError) -> None:
+    """Leave this rank's `UserError` for the driver, one line in ``RUN/worker/user-error.rank<N>``."""
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
+    message = " ".join(str(err).split()) or type(err).__name__
+    path = run_dir / "worker" / f"{USER_ERROR_PREFIX}{rank}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(message + "\n")
+    except OSError:
+        pass  # the message is still on this rank's stderr (the launcher log)
+
+
+def clear_reported_user_errors(work_dir: Path) -> None:
+    """Driver side, before a launch: forget the user errors ranks of an earlier launch left."""
+    for path in Path(work_dir).glob(f"{USER_ERROR_PREFIX}*"):
+        path.unlink(missing_ok=True)
+
+
+def raise_reported_user_error(work_dir: Path) -> None:
+    """Driver side, after the training processes failed: raise the `UserError` a rank reported
+    (the lowest rank's), so the CLI prints its one line; return if none did (another failure)."""
+    def rank(path: Path) -> int:
+        suffix = path.name[len(USER_ERROR_PREFIX):]
+        return int(suffix) if suffix.isdigit() else 1 << 30
+
+    for path in sorted(Path(work_dir).glob(f"{USER_ERROR_PREFIX}*"), key=rank):
+        message = path.read_text(errors="replace").strip()
+        if message:
+            raise UserError(message.splitlines()[0])
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int):
@@ -166,6 +273,7 @@ def build_engine(config: PretrainConfig, data, seed: int, process: Process):
     bf16 = config.precision == "bf16" or (config.precision == "auto" and process.device.type == "cuda")
     ds_config = deepspeed_config(config.batch_size, process.world, config.grad_clip, config.zero_stage, bf16)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+    weights_only_checkpoint_engine(engine)
     return engine
 
 
@@ -186,7 +294,16 @@ def train_step(engine, data: TrainingData, config: PretrainConfig, step: int, pr
 
 
 def train(run_dir: Path, resume_tag: str | None = None) -> None:
-    """Train (or continue training) the run in ``run_dir``; every rank calls this."""
+    """Train (or continue training) the run in ``run_dir``; every rank calls this. A `UserError`
+    (such as a checkpoint that cannot be loaded safely) is also left for the driver."""
+    try:
+        _train(run_dir, resume_tag)
+    except UserError as err:
+        report_user_error(run_dir, err)
+        raise
+
+
+def _train(run_dir: Path, resume_tag: str | None) -> None:
     scenario = validate_raw(RunFolder.open(run_dir).read_config(), source=str(run_dir / "config.yaml"))
     config = scenario.pretrain or PretrainConfig()
     process = init_process(config.threads_per_process)
@@ -238,12 +355,6 @@ def evaluate(engine, data: TrainingData, window: MetricWindow, step: int, config
     return record
 
 
-def ray_train_loop(loop_config: dict[str, Any]) -> None:
-    """Entry point of each Ray Train worker (TorchTrainer has initialized torch.distributed)."""
-    os.environ.update(loop_config.get("env", {}))
-    train(Path(loop_config["run_dir"]), loop_config.get("resume_tag"))
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point of one rank (under the deepspeed launcher or alone)."""
     parser = argparse.ArgumentParser(prog="testbed.pretrain.ds_worker")
@@ -251,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume-tag")
     parser.add_argument("--local_rank", type=int, default=None, help="passed by the deepspeed launcher")
     args = parser.parse_args(argv)
-    train(args.run_dir, args.resume_tag)
+    try:
+        train(args.run_dir, args.resume_tag)
+    except UserError as err:  # one line, as the CLI prints it; the driver raises it again
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -21,7 +21,12 @@ from typing import Any
 
 from testbed.engines.base import Engine
 from testbed.engines.jobs import DistributedProgram
-from testbed.pretrain.ds_worker import DRIVER_HOST, DRIVER_PID
+from testbed.pretrain.ds_worker import (
+    DRIVER_HOST,
+    DRIVER_PID,
+    clear_reported_user_errors,
+    raise_reported_user_error,
+)
 
 WORKER_MODULE = "testbed.pretrain.ds_worker"
 POLL_SECONDS = 0.2
@@ -41,12 +46,17 @@ def run_training(engine: Engine, program: DistributedProgram, on_event: Callable
     events_path = program.work_dir / "events.jsonl"
     events_path.unlink(missing_ok=True)
     events_path.touch()
+    clear_reported_user_errors(program.work_dir)
     job = engine.launch(program)
     try:
         follow_events(events_path, job.finished, on_event)
     finally:
         job.stop()
-    job.raise_for_status()
+    try:
+        job.raise_for_status()
+    except Exception:
+        raise_reported_user_error(program.work_dir)  # a rank's one-line user error (a forged checkpoint)
+        raise
 
 
 def follow_events(path: Path, finished: Callable[[], bool], on_event: Callable[[Event], None]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import os
 import pickle
+import re
 import shlex
 import subprocess
 import sys
@@ -23,7 +24,8 @@ from testbed.errors import UserError
 from testbed.loading import load_scenario
 from testbed.plugins import load_entry_points
 from testbed.run import RunFolder
-from testbed.workloads import WORKLOADS, Workload  # imported before any test installs a plugin
+from testbed.workloads.base import Workload
+from testbed.workloads.registry import BUILTIN
 from tests.cluster.conftest import command_line, listening_sockets, process_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,12 +64,13 @@ def test_local_engine_starts_its_own_ray_with_nothing_beyond_loopback(emulated_c
     """Also while a cluster is up on this machine: `local` must not join it."""
     import ray
 
+    from testbed.engines.config import LocalEngineConfig
     from testbed.engines.ray_engine import LocalRayEngine
 
-    with LocalRayEngine(num_cpus=1, quiet=True) as engine:
+    with LocalRayEngine(LocalEngineConfig(num_cpus=1), quiet=True) as engine:
         node = ray._private.worker._global_node
         processes = [p for info in node.all_processes.values() for i in info for p in process_tree(i.process.pid)]
-        described, address = engine.describe(), engine.ray_address
+        described, address = engine.describe(), ray.get_runtime_context().gcs_address
         sockets = _service_sockets(processes)
     assert described["nodes"] == 1 and address != emulated_cluster["address"]
     assert "ray_client_server" not in node.all_processes
@@ -81,12 +84,12 @@ def test_local_engine_starts_its_own_ray_with_nothing_beyond_loopback(emulated_c
      {"include_dashboard": True, "dashboard_host": "0.0.0.0"}),
 ], ids=["default-off", "asked-loopback", "asked-all-interfaces"])
 def test_the_local_dashboard_is_off_or_on_loopback_unless_the_scenario_asks(engine, expected):
-    from testbed.engines.base import make_engine
+    from testbed.engines.registry import make_engine
     from testbed.loading import validate_raw
 
     scenario = validate_raw({"name": "d", "kind": "workload", "workload": {"name": "classifier"},
                              "engine": {**engine, "use_ray": "always"}}, "d.yaml")
-    args = make_engine(scenario.engine, parallel_tasks=2)._init_args()
+    args = make_engine(scenario.engine, {"tasks"}, parallel_tasks=2)._init_args()
     assert {k: args[k] for k in expected} == expected and ("dashboard_host" in args) == ("dashboard_host" in expected)
 
 
@@ -200,7 +203,7 @@ def test_scenarios_name_registered_entries_never_code(cli, write_scenario, chang
 # --- plugins come only from installed packages' entry points --------------------------------------
 
 PLUGIN_MODULE = '''
-from testbed.workloads.classifier import Classifier
+from testbed.workloads.classifier.workload import ClassifierWorkload as Classifier
 
 class TinyPlugin(Classifier):
     """A classifier installed as a plugin."""
@@ -238,10 +241,10 @@ def installed_plugin(tmp_path, monkeypatch):
 
 
 def test_an_installed_plugin_joins_the_registry(installed_plugin):
-    registry = dict(WORKLOADS)
+    registry: dict = dict.fromkeys(BUILTIN)
 
     assert load_entry_points("testbed.workloads", registry, Workload, as_class=True) == ["tiny_plugin"]
-    assert registry["tiny_plugin"].__module__ == "tinyplug" and "tiny_plugin" not in WORKLOADS
+    assert registry["tiny_plugin"].__module__ == "tinyplug" and "tiny_plugin" not in BUILTIN
 
 
 @pytest.mark.parametrize(("group", "refused"), [
@@ -251,17 +254,12 @@ def test_an_installed_plugin_joins_the_registry(installed_plugin):
     ("test.broken", "cannot be loaded (ModuleNotFoundError"),
 ])
 def test_a_bad_plugin_is_refused_by_name(installed_plugin, group, refused):
-    registry = dict(WORKLOADS)
+    registry: dict = dict.fromkeys(BUILTIN)
     with pytest.raises(UserError, match="from tinyplug") as caught:
         load_entry_points(group, registry, Workload, as_class=True)
-    assert refused in str(caught.value) and registry == WORKLOADS
+    assert refused in str(caught.value) and registry == dict.fromkeys(BUILTIN)
 
 
-def _registry_hook_installed() -> bool:
-    return "load_entry_points" in (REPO / "testbed" / "workloads" / "__init__.py").read_text()
-
-
-@pytest.mark.skipif(not _registry_hook_installed(), reason="testbed/workloads/__init__.py does not load plugins yet")
 def test_a_scenario_runs_a_plugin_workload_end_to_end(installed_plugin, write_scenario, tmp_path):
     path = write_scenario({"workload": {"name": "tiny_plugin", "arch": "mlp", "hidden": 8},
                            "training": {"steps": 4, "eval_every": 2, "checkpoint_every": 4}})
@@ -272,3 +270,129 @@ def test_a_scenario_runs_a_plugin_workload_end_to_end(installed_plugin, write_sc
 
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+# --- hosts from hostfiles are host names, never ssh options ----------------------------------------
+
+EVIL_SSH_CONFIG = "Host *\n    ProxyCommand touch {marker}\n"
+
+
+def _hostfile_payloads(marker: Path) -> dict[str, str]:
+    """Hostfile lines whose "host" ssh (or a shell) would act on, and the host each one names."""
+    return {
+        "-Fevil.cfg slots=2": "-Fevil.cfg",                            # ssh reads ./evil.cfg, runs its ProxyCommand
+        "-Fevil.cfg:2": "-Fevil.cfg",
+        f"-oProxyCommand=touch {marker} slots=2": "-oProxyCommand=touch",
+        f"node1;touch {marker} slots=1": "node1;touch",
+        ".node1 slots=2": ".node1",
+    }
+
+
+def _probe_function():
+    """The deepspeed engine's reachability probe, wherever the engines package keeps it."""
+    import importlib
+
+    for module in ("testbed.engines.deepspeed_engine", "testbed.engines.base"):
+        try:
+            return importlib.import_module(module).check_hosts_reachable
+        except (ImportError, AttributeError):
+            continue
+    pytest.skip("no check_hosts_reachable in testbed.engines")
+
+
+@pytest.mark.parametrize("index", range(5), ids=["F-option", "F-option-colon", "o-ProxyCommand", "semicolon",
+                                                 "leading-dot"])
+def test_a_hostfile_host_that_is_an_ssh_option_is_refused_and_no_ssh_starts(tmp_path, monkeypatch, index):
+    from testbed.cluster.hostfiles import hosts_from_file
+
+    marker = tmp_path / "pwned"
+    line, host = list(_hostfile_payloads(marker).items())[index]
+    (tmp_path / "evil.cfg").write_text(EVIL_SSH_CONFIG.format(marker=shlex.quote(str(marker))))
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"node0 slots=2\n{line}\n")
+    monkeypatch.chdir(tmp_path)
+    started = []
+    real_run = subprocess.run
+
+    def recording_run(command, *args, **kwargs):
+        started.append(list(command))
+        if list(command)[:1] == ["ssh"]:  # never reach out from a test: node0 is "unreachable"
+            return subprocess.CompletedProcess(command, 255, b"", b"")
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", recording_run)
+
+    with pytest.raises(UserError) as refused:
+        hosts_from_file(hostfile)
+    with pytest.raises(UserError) as probed:
+        _probe_function()(str(hostfile))
+
+    for err in (refused, probed):
+        assert str(err.value).startswith(f"{hostfile}:2: host {host!r} is not a valid host name or IP address")
+        assert "\n" not in str(err.value)
+    assert not any(command[:1] == ["ssh"] for command in started) and not marker.exists()
+
+
+def test_the_hostfile_payload_is_real_when_ssh_gets_it_as_an_option(tmp_path, monkeypatch):
+    """What the old probe ran (``ssh -o BatchMode=yes -o ConnectTimeout=5 HOST true``): ssh reads the
+    config the "host" names and runs its ProxyCommand, without connecting anywhere."""
+    import shutil
+
+    if shutil.which("ssh") is None:
+        pytest.skip("no ssh client installed")
+    marker = tmp_path / "pwned"
+    (tmp_path / "evil.cfg").write_text(EVIL_SSH_CONFIG.format(marker=shlex.quote(str(marker))))
+    monkeypatch.chdir(tmp_path)
+
+    subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-Fevil.cfg", "true"],
+                   capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+
+    assert marker.exists()
+
+
+def test_the_ssh_probe_ends_ssh_options_before_the_host():
+    from testbed.cluster.hostfiles import ssh_probe_command
+
+    command = ssh_probe_command("node1")
+
+    assert command == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "--", "node1", "true"]
+    assert command[command.index("node1") - 1] == "--"
+    with pytest.raises(UserError, match=r"host '-Fevil.cfg' is not a valid host name"):
+        ssh_probe_command("-Fevil.cfg")
+
+
+@pytest.mark.parametrize("name", ["node-1", "10.0.0.2", "::1", "gpu01.cluster.local", "fe80::1", "n1"])
+def test_host_names_and_addresses_pass(tmp_path, name):
+    from testbed.cluster.hostfiles import hosts_from_file, ssh_probe_command, validate_host, validate_host_entry
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"{name} slots=2\n")
+
+    assert validate_host(name) == name and ssh_probe_command(name)[-2:] == [name, "true"]
+    assert [(h.name, h.slots) for h in hosts_from_file(hostfile)] == [(name, 2)]
+    assert validate_host_entry(name) == name
+    if ":" not in name:
+        assert validate_host_entry(f"{name}:4") == f"{name}:4"
+
+
+@pytest.mark.parametrize("name", ["-Fevil.cfg", "-oProxyCommand=touch", "node1;touch", ".node1", "node1.", "-",
+                                  "node-", "a_b", "node 1", "", "a" * 64, ".".join(["a"] * 128), "fe80::1%eth0",
+                                  "$(touch x)", "node1,node2"])
+def test_anything_else_is_refused_in_one_line_naming_the_host(name):
+    from testbed.cluster.hostfiles import Host, hosts_from_nodes, validate_host, validate_host_entry
+
+    for check in (validate_host, validate_host_entry, lambda n: Host(n, 1),
+                  lambda n: hosts_from_nodes([{"Alive": True, "NodeManagerAddress": n, "Resources": {"CPU": 1}}])):
+        with pytest.raises(UserError) as refused:
+            check(name)
+        message = str(refused.value)
+        assert message.startswith("host ") and repr(name[:80]) in message and "\n" not in message
+
+
+def test_mpi_host_entries_are_validated():
+    from testbed.cluster.hostfiles import validate_host_entry
+
+    assert validate_host_entry("node1:4") == "node1:4" and validate_host_entry("10.0.0.2:8") == "10.0.0.2:8"
+    for entry, host in [("-Fevil.cfg:4", "-Fevil.cfg"), ("node1;x:2", "node1;x"), ("node1:x", "node1:x")]:
+        with pytest.raises(UserError, match=f"host {re.escape(repr(host))} is not a valid host name"):
+            validate_host_entry(entry)
