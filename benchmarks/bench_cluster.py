@@ -36,7 +36,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from testbed.cluster import local  # noqa: E402
+from testbed.cluster import local  # noqa: E402  (after the sys.path insert above, so this checkout is imported)
 
 
 def sweep_scenario(variants: int, steps: int) -> dict:
@@ -60,7 +60,7 @@ def ray_round_trip(address: str, tasks: int) -> float:
     """Seconds per empty task, mapped over the cluster in one batch after a warm-up batch."""
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)  # type: ignore[arg-type]  # ray takes names too
     try:
         remote = ray.remote(num_cpus=1)(_noop)
         ray.get([remote.remote() for _ in range(tasks)])
@@ -122,7 +122,8 @@ def main() -> None:
         start_up = process_start_up(next((workdir / "sweep-1" / "variants").glob("*.yaml")))
     print(f"sweep of {args.variants} variants ({args.steps} classifier steps each) on emulated nodes of "
           f"{args.cpus_per_node} CPU(s); this machine has {os.cpu_count()} cores")
-    print(f"{'nodes':>5} {'slots':>5} {'wall s':>8} {'in runs s':>9} {'outside runs s/variant':>22} {'ray task ms':>11}")
+    print(f"{'nodes':>5} {'slots':>5} {'wall s':>8} {'in runs s':>9} "
+          f"{'outside runs s/variant':>22} {'ray task ms':>11}")
     for row in rows:
         print(f"{row['nodes']:>5} {row['slots']:>5} {row['wall_s']:>8.1f} {row['inside_s']:>9.1f} "
               f"{row['outside_per_variant_s']:>22.2f} {row['ray_task_s'] * 1000:>11.2f}")

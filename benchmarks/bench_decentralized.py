@@ -33,7 +33,14 @@ DELTA, SIGMA = 1e-5, 1.0
 
 def pairwise_matrix(n: int) -> dict:
     """Time the pairwise matrix at size n in this process; report peak RSS."""
-    from testbed.topologies import build_graph, linear_rdp_to_dp, max_valid_order, metropolis_hastings, random_walk_pndp, walk_length
+    from testbed.topologies import (
+        build_graph,
+        linear_rdp_to_dp,
+        max_valid_order,
+        metropolis_hastings,
+        random_walk_pndp,
+        walk_length,
+    )
 
     graph = build_graph("erdos_renyi", n=n, seed=0)
     walk = metropolis_hastings(graph, sparse=True)
@@ -52,8 +59,16 @@ def naive_versus_vectorised(n: int = 256) -> dict:
     """The same epsilon matrix entry by entry in Python loops, and vectorised."""
     import scipy.linalg as sla
 
-    from testbed.topologies import (build_graph, harmonic_number, linear_rdp_to_dp, max_valid_order,
-                            metropolis_hastings, random_walk_pndp, rdp_to_dp, walk_length)
+    from testbed.topologies import (
+        build_graph,
+        harmonic_number,
+        linear_rdp_to_dp,
+        max_valid_order,
+        metropolis_hastings,
+        random_walk_pndp,
+        rdp_to_dp,
+        walk_length,
+    )
 
     walk = metropolis_hastings(build_graph("erdos_renyi", n=n, seed=0))
     steps, top = walk_length(walk, SIGMA), max_valid_order(SIGMA)
@@ -107,7 +122,7 @@ def walk_throughput(steps: int = 600) -> dict:
     data = Scenario.model_validate(WALK_SCENARIO).model_dump(mode="json")
     args = PhaseArgs("random_walk", 0.1, 1.0, steps, steps, steps)
     problem, phase, _ = prepared(data, args)
-    fresh = lambda: initial_state(problem, phase)  # noqa: E731
+    fresh = lambda: initial_state(problem, phase)
     results, tokens = {}, {}
 
     local_chunk(data, args, fresh(), 0, 10)  # warm-up (imports, caches)
@@ -115,7 +130,8 @@ def walk_throughput(steps: int = 600) -> dict:
     state, _ = local_chunk(data, args, fresh(), 0, steps)
     results["local"], tokens["local"] = steps / (time.perf_counter() - start), state["token"]
 
-    with LocalRayEngine(LocalEngineConfig(num_cpus=2), quiet=True) as engine, HostedNodes(engine, data, problem.n) as hosts:
+    with (LocalRayEngine(LocalEngineConfig(num_cpus=2), quiet=True) as engine,
+          HostedNodes(engine, data, problem.n) as hosts):
         hosts.run_chunk(args, fresh(), 0, 10)
         start = time.perf_counter()
         state, _ = hosts.run_chunk(args, fresh(), 0, steps)

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
 
-SCENARIO = {
+SCENARIO: dict[str, Any] = {
     "name": "bench-fedavg", "kind": "federated", "seed": 0,
     "engine": {"type": "local", "num_cpus": 2},
     "data": {"dataset": "digits", "num_clients": 10, "partition": {"type": "iid"}},
@@ -54,7 +54,8 @@ def train(msg: Message, context: Context) -> Message:
     data = setup.client_data(int(context.node_config["partition-id"]))
     model = build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    train_epochs(model, make_optimizer(model, ClassifierConfig(arch="cnn", hidden=32)), data, 1, 32, torch.Generator().manual_seed(0))
+    train_epochs(model, make_optimizer(model, ClassifierConfig(arch="cnn", hidden=32)), data, 1, 32,
+                 torch.Generator().manual_seed(0))
     metrics = MetricRecord({"num-examples": len(data.y)})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
 
@@ -70,7 +71,8 @@ def main(grid: Grid, context: Context) -> None:
     FedAvg(fraction_evaluate=0.0, min_available_nodes=n).start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds, evaluate_fn=evaluate)
 
-run_simulation(server, client, num_supernodes=n, backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"address": "local", "num_cpus": 2}})
+run_simulation(server, client, num_supernodes=n,
+               backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"address": "local", "num_cpus": 2}})
 '''
 
 
@@ -93,15 +95,15 @@ def testbed_vs_flower(rounds: int, clients: int) -> None:
 
 
 def aggregation_times() -> None:
-    from testbed.strategies.sdea import sdea_weights
-    from testbed.strategies.vectors import stack_states
     from testbed.data import PublicDataConfig, augment_views, load_dataset, public_images
     from testbed.seeding import SeedTree
+    from testbed.strategies.sdea import sdea_weights
+    from testbed.strategies.vectors import stack_states
     from testbed.workloads.classifier.config import ClassifierConfig
     from testbed.workloads.classifier.model import build_classifier
 
     data = load_dataset("digits")
-    model_fn = lambda: build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)  # noqa: E731
+    model_fn = lambda: build_classifier(ClassifierConfig(arch="cnn", hidden=32), data)
     base = model_fn().state_dict()
     public = torch.from_numpy(public_images(PublicDataConfig(size=512), (1, 8, 8), SeedTree(0).numpy("p")))
     print("2. server aggregation time per round (s)")
@@ -150,6 +152,7 @@ def timed_with_peak_memory(command: list[str]) -> tuple[float, float]:
         except psutil.Error:
             pass  # a process ended between listing and reading: the next sample counts again
         time.sleep(0.5)
+    assert process.stderr is not None  # stderr=PIPE above
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {process.stderr.read()[-2000:]}")
     return time.perf_counter() - started, peak / 2**20

@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-
 from peer_packers import llamafactory_style_greedy_knapsack, trl_style_bfd_split
+
 from testbed.pretrain.bin_packing import Bins, reference_best_fit_pack
 from testbed.pretrain.packing import PackingStats, Segment, pack_documents, split_into_chunks
 from testbed.pretrain.synthetic_documents import lognormal_document_lengths
@@ -49,11 +49,17 @@ def chunk_then(packer: Callable[[np.ndarray, int], Bins]) -> Callable[[np.ndarra
     return pack
 
 
-def packers(scan_max: int, knapsack_max: int, n_documents: int) -> dict[str, Callable[[np.ndarray, int], list[list[Segment]]]]:
+def packed_with(method: str) -> Callable[[np.ndarray, int], list[list[Segment]]]:
+    """``pack_documents`` with this ``method``."""
+    return lambda lengths, capacity: pack_documents(lengths, capacity, method)
+
+
+def packers(
+    scan_max: int, knapsack_max: int, n_documents: int,
+) -> dict[str, Callable[[np.ndarray, int], list[list[Segment]]]]:
     """The methods to time at this size."""
     methods: dict[str, Callable[[np.ndarray, int], list[list[Segment]]]] = {
-        name: (lambda lengths, capacity, name=name: pack_documents(lengths, capacity, name))
-        for name in ("best_fit", "first_fit", "concat")
+        name: packed_with(name) for name in ("best_fit", "first_fit", "concat")
     }
     methods["trl_bfd_split*"] = chunk_then(trl_style_bfd_split)
     if n_documents <= knapsack_max:
@@ -90,7 +96,8 @@ def main() -> None:
              f"{'sequences':>10} {'extra seq':>10} {'truncated':>9}"
     print(f"L = {args.capacity}, log-normal lengths (median 450, mean 825), seed {args.seed}")
     warm_up = lognormal_document_lengths(2_000, np.random.default_rng(args.seed))
-    for pack in packers(args.scan_max, args.knapsack_max, len(warm_up)).values():  # first calls pay for imports and caches
+    # The first calls pay for imports and caches.
+    for pack in packers(args.scan_max, args.knapsack_max, len(warm_up)).values():
         pack(warm_up, args.capacity)
     print(header)
     print("-" * len(header))

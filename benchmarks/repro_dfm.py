@@ -17,10 +17,11 @@ import torch
 
 from testbed.determinism import single_threaded
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.dfm import ctmc
 from testbed.workloads.dfm import sequences as seqs
 from testbed.workloads.dfm.metrics import eta_comparison
+from testbed.workloads.dfm.workload import DFMWorkload
+from testbed.workloads.runner import build_workload
 
 SEEDS = (0, 1, 2)
 STEPS = 3000
@@ -31,6 +32,7 @@ def trained(seed: int, **workload):
     scenario = validate_raw({"name": "r", "kind": "workload", "seed": seed, "workload": {"name": "dfm", **workload},
                              "training": {"steps": STEPS}}, "repro.yaml")
     run = build_workload(scenario)
+    assert isinstance(run, DFMWorkload)
     run.train(STEPS)
     run.model.eval()
     return run

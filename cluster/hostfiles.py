@@ -29,9 +29,10 @@ import argparse
 import ipaddress
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from testbed.errors import UserError
 
@@ -107,13 +108,15 @@ def hosts_from_ray(address: str = "auto", slots: int | None = None) -> list[Host
 
     if ray.is_initialized():
         return _non_empty(hosts_from_nodes(ray.nodes(), slots), f"Ray cluster at {address}")
-    from .local import gcs_tables
     from .addresses import check_ray_address, resolve_auto_address
+    from .local import gcs_tables
 
     check_ray_address(address, "--from-ray")
     resolved = resolve_auto_address() if address == "auto" else address
+    assert resolved is not None  # check_ray_address refused an address that does not resolve
     if resolved.startswith("ray://"):
-        raise UserError(f"--from-ray: {address}: give the cluster's GCS address (host:6379), not a ray:// client address")
+        raise UserError(f"--from-ray: {address}: give the cluster's GCS address (host:6379), "
+                        "not a ray:// client address")
     node_table, _ = gcs_tables(resolved)
     return _non_empty(hosts_from_nodes(node_table, slots), f"Ray cluster at {resolved}")
 
@@ -177,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mpi-flavor", choices=("mpich", "openmpi"), default="mpich")
     args = parser.parse_args(argv)
     try:
-        hosts = hosts_from_ray(args.from_ray, args.slots) if args.from_ray else hosts_from_file(args.from_file, args.slots)
+        hosts = (hosts_from_ray(args.from_ray, args.slots) if args.from_ray
+                 else hosts_from_file(args.from_file, args.slots))
         outputs = {args.deepspeed: deepspeed_hostfile(hosts), args.mpi: mpi_hostfile(hosts, args.mpi_flavor)}
         for path, text in outputs.items():
             if path is not None:

@@ -91,8 +91,9 @@ def up(nodes: int, cpus_per_node: int, head_cpus: int | None = None, object_stor
                         "'testbed cluster down' stops it")
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "testbed.cluster.local", "--nodes", str(nodes), "--cpus-per-node", str(cpus_per_node),
-               "--head-cpus", str(head_cpus), "--object-store-mb", str(object_store_mb), "--state-dir", str(folder)]
+    command = [sys.executable, "-m", "testbed.cluster.local", "--nodes", str(nodes),
+               "--cpus-per-node", str(cpus_per_node), "--head-cpus", str(head_cpus),
+               "--object-store-mb", str(object_store_mb), "--state-dir", str(folder)]
     with open(folder / "keeper.log", "wb") as log:
         keeper = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   start_new_session=True, cwd=Path(__file__).resolve().parent.parent)
@@ -169,7 +170,7 @@ def gcs_tables(address: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     job nor starts a worker on the cluster.
     """
     from ray._private.state import GlobalState
-    from ray._raylet import GcsClientOptions
+    from ray._raylet import GcsClientOptions  # type: ignore[attr-defined]  # missing from ray's _raylet.pyi
 
     state = GlobalState()
     state._initialize_global_state(GcsClientOptions.create(address, None, allow_cluster_id_nil=True,
@@ -227,8 +228,8 @@ def run_command(action: str, nodes: int, cpus_per_node: int, head_cpus: int | No
               "run scenarios on it with engine: {type: ray} (address 'auto' finds it), e.g. "
               f"--set 'engine={{type: ray, address: {state['address']}}}'")
     elif action == "down":
-        state = down()
-        print(f"cluster at {state['address']} is down" if state else "no testbed cluster was up")
+        stopped = down()
+        print(f"cluster at {stopped['address']} is down" if stopped else "no testbed cluster was up")
     else:
         print(format_status(status()))
     return 0

@@ -1,11 +1,12 @@
 """Run every scenario under ``scenarios/`` at a test size and collect its summary.json metrics.
 
 Used to show that a refactor changes no number: run it before and after, on ``local`` and on a
-Ray cluster (``--engine ray``, joining ``$RAY_ADDRESS`` or the cluster ``testbed cluster up``
-started), and compare the two JSON files with ``--compare A B``::
+Ray cluster (``--engine ADDRESS``), and compare the two JSON files with ``--compare A B``::
 
     python scripts/scenario_summaries.py --out before.json
     python scripts/scenario_summaries.py --out after.json
+    testbed cluster up --nodes 3 --cpus-per-node 1     # prints the cluster's address
+    python scripts/scenario_summaries.py --engine ADDRESS --out after-ray.json
     python scripts/scenario_summaries.py --compare before.json after.json
 
 Timings (keys ending in ``_s``, throughput) vary between runs and are left out.
@@ -60,14 +61,15 @@ def scenario_files(root: Path) -> list[Path]:
 def overrides(path: Path, root: Path, engine: str) -> list[str]:
     kind = yaml.safe_load(path.read_text())["kind"]
     sets = TEST_SIZE[kind] + PER_FILE.get(str(path.relative_to(root)), [])
-    if engine == "ray":
-        sets = sets + ["engine={type: ray}"]
+    if engine != "local":
+        sets = sets + [f"engine={{type: ray, address: '{engine}'}}"]
     return sets
 
 
 def run_one(path: Path, root: Path, engine: str, work: Path) -> dict:
     run_dir = work / str(path.relative_to(root)).replace("/", "__").removesuffix(".yaml")
-    command = [sys.executable, "-m", "testbed.cli", "run", str(path), "--no-sweep", "--quiet", "--run-dir", str(run_dir)]
+    command = [sys.executable, "-m", "testbed.cli", "run", str(path), "--no-sweep", "--quiet",
+               "--run-dir", str(run_dir)]
     for item in overrides(path, root, engine):
         command += ["--set", item]
     started = time.perf_counter()
@@ -111,7 +113,8 @@ def _close(x, y, rel: float) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--engine", choices=["local", "ray"], default="local")
+    parser.add_argument("--engine", default="local",
+                        help="local, or the address of a Ray cluster to run the kinds that support one on")
     parser.add_argument("--only", nargs="*", default=None, help="substrings of the files to run")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--compare", nargs=2, type=Path)
@@ -122,7 +125,7 @@ def main() -> int:
         return 1 if compare(a, b, args.rel) else 0
     root = Path("scenarios")
     files = [p for p in scenario_files(root) if args.only is None or any(s in str(p) for s in args.only)]
-    if args.engine == "ray":
+    if args.engine != "local":
         files = [p for p in files if yaml.safe_load(p.read_text())["kind"] in RAY_KINDS]
     with tempfile.TemporaryDirectory() as work, ThreadPoolExecutor(args.parallel) as pool:
         results = dict(zip((str(p.relative_to(root)) for p in files),

@@ -17,7 +17,7 @@ Layout:
 
 from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
 from .base import RobustFedAvg, ServerSideAttack
-from .flower import FLTrust, RFA, SDEA, DnC
+from .flower import RFA, SDEA, DnC, FLTrust
 from .robust import AGGREGATORS, Aggregate, aggregate
 from .sdea import sdea_weights
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
-from torch import Tensor
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
+from torch import Tensor
 
 from .attacks import get_attack, poison_updates
 from .robust import Aggregate
@@ -67,6 +67,11 @@ def _reply_state(msg: Message) -> dict[str, torch.Tensor]:
 
 def _reply_metrics(msg: Message) -> MetricRecord:
     return next(iter(msg.content.metric_records.values()))
+
+
+def _metric_number(msg: Message, key: str) -> int | float:
+    """A metric the client reports as one number (a MetricRecord may also hold lists)."""
+    return cast("int | float", _reply_metrics(msg)[key])
 
 
 def _stack_replies(replies: list[Message], template: dict[str, Tensor]) -> Tensor:
@@ -107,14 +112,14 @@ class RobustFedAvg(FedAvg):
     def _ordered(self, replies: list[Message]) -> tuple[list[Message], list[int], str]:
         """Replies sorted by client id, the ids, and where the ids came from."""
         if all(self.order_key in _reply_metrics(m) for m in replies):
-            ids, source = [int(_reply_metrics(m)[self.order_key]) for m in replies], self.order_key
+            ids, source = [int(_metric_number(m, self.order_key)) for m in replies], self.order_key
         else:
             ids, source = [int(m.metadata.src_node_id) for m in replies], "node-id"
         order = sorted(range(len(replies)), key=lambda i: ids[i])
         return [replies[i] for i in order], [ids[i] for i in order], source
 
     def _num_examples(self, replies: list[Message]) -> torch.Tensor:
-        return torch.tensor([float(_reply_metrics(m)[self.weighted_by_key]) for m in replies])
+        return torch.tensor([float(_metric_number(m, self.weighted_by_key)) for m in replies])
 
     def _inject(self, server_round: int, ids: list[int], updates: Tensor, global_vec: Tensor) -> Tensor:
         if self.attack is None:

@@ -21,7 +21,7 @@ import torch
 
 from .base import RobustFedAvg
 from .robust import Aggregate, dnc, fltrust, geometric_median
-from .sdea import RULES, Augment, cooperative_weights, learn_weights
+from .sdea import RULES, Augment, OptimSettings, cooperative_weights, learn_weights
 from .vectors import flatten_state, unflatten_state
 
 RuleResult = tuple[Aggregate, dict[str, Any]]
@@ -51,7 +51,7 @@ class DnC(RobustFedAvg):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.dnc_params = {
+        self.dnc_params: dict[str, Any] = {
             "num_malicious": num_malicious_nodes,
             "filter_frac": filter_frac,
             "num_iters": num_iters,
@@ -83,7 +83,7 @@ class RFA(RobustFedAvg):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.rfa_params = {"nu": nu, "max_iter": max_iter, "ftol": ftol}
+        self.rfa_params: dict[str, Any] = {"nu": nu, "max_iter": max_iter, "ftol": ftol}
         self.weighted = weighted
 
     def _rule(self, server_round, updates, num_examples, global_vec, template) -> RuleResult:
@@ -143,7 +143,7 @@ class SDEA(RobustFedAvg):
             raise ValueError(f"rule: unknown {rule!r}; valid: {list(RULES)}")
         self.model_fn, self.public_x, self.augment = model_fn, public_x, augment
         self.epochs, self.rule, self.seed = epochs, rule, seed
-        self.optim = {"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay}
+        self.optim: OptimSettings = {"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay}
 
     def _rule(self, server_round, updates, num_examples, global_vec, template) -> RuleResult:
         # Rebuild client states from (possibly attacked) updates so the virtual

@@ -38,6 +38,7 @@ single cluster (the code's behaviour when FINCH raises).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypedDict, Unpack, cast
 
 import numpy as np
 import torch
@@ -49,6 +50,14 @@ StateDict = Mapping[str, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 RULES = ("paper", "code")
 _EPS = 1e-5  # inside the log, as in the paper's entropy terms
+
+
+class OptimSettings(TypedDict, total=False):
+    """The optimiser settings ``sdea_weights`` passes on to ``learn_weights``."""
+
+    batch_size: int
+    lr: float
+    weight_decay: float
 
 
 def entropy_objective(logits: torch.Tensor) -> torch.Tensor:
@@ -136,7 +145,8 @@ def learn_weights(
             xb = public_x[order[start : start + batch_size]]
             state = mix_states(stacks, torch.softmax(logits_m, dim=0), fixed, buffer_keys)
             views = (augment(xb, gen), augment(xb, gen))
-            loss = sum(entropy_objective(_logits(model, state, v)) for v in views) / 2
+            # cast: sum() of tensors is typed as possibly the int 0 (no runtime effect).
+            loss = cast(torch.Tensor, sum(entropy_objective(_logits(model, state, v)) for v in views) / 2)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -178,7 +188,7 @@ def sdea_weights(
     epochs: int = 20,
     generator: torch.Generator | None = None,
     rule: str = "paper",
-    **optim: float | int,
+    **optim: Unpack[OptimSettings],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SDEA's per-round aggregation weights ``[K]`` and malicious mask ``[K]``.
 

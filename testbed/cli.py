@@ -8,7 +8,7 @@
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
-130 interrupted (the run folder can be resumed).
+3 stopped on a failure outside the scenario (a lost node; resumable), 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from testbed.errors import UserError
+from testbed.errors import ResumableFailure, RunInterrupted, UserError, one_line
 
 REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios")
@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("action", choices=("up", "down", "status"))
     cluster.add_argument("--nodes", type=int, default=3, help="nodes to start, head included (up)")
     cluster.add_argument("--cpus-per-node", type=int, default=1, help="CPUs each node offers (up)")
-    cluster.add_argument("--head-cpus", type=int, help="CPUs of the head (up; default --cpus-per-node, 0: drivers only)")
+    cluster.add_argument("--head-cpus", type=int,
+                         help="CPUs of the head (up; default --cpus-per-node, 0: drivers only)")
     return parser
 
 
@@ -113,7 +114,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     raw = folder.read_config()
     if raw.get("sweep"):
-        run = run_sweep(raw, validate_raw(raw, str(folder.config_path)), str(folder.config_path), folder.path, args.quiet)
+        run = run_sweep(raw, validate_raw(raw, str(folder.config_path)), str(folder.config_path), folder.path,
+                        args.quiet)
         _print_sweep_outcome(run)
     else:
         run = resume_run(args.run_dir, args.quiet)
@@ -209,11 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except ResumableFailure as err:
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return 3
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: 'testbed resume RUN_DIR' continues from the last checkpoint", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        where = err.run_dir if isinstance(err, RunInterrupted) else "RUN_DIR"
+        print(f"interrupted: 'testbed resume {where}' continues from the last checkpoint", file=sys.stderr)
         return 130
     except Exception:  # a bug in the testbed, not the user's fault: show everything
         traceback.print_exc()

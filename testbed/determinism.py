@@ -9,8 +9,8 @@ running many such tasks at once, which is what the engines do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from threadpoolctl import threadpool_limits

@@ -16,7 +16,41 @@ class ScenarioError(UserError):
     """A scenario file or override that does not validate."""
 
 
+class ResumableFailure(UserError):
+    """The run stopped on a failure outside the scenario (a lost node) and kept its checkpoints:
+    ``testbed resume`` continues it to the numbers of an uninterrupted run. The CLI prints the one
+    line and exits with code 3."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: the CLI exits with code 130, naming the folder `testbed resume` continues."""
+
+    def __init__(self, run_dir: object):
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
+# Values a message echoes are cut to this many characters: a 1 MB value must not become a 1 MB line.
+ECHO_LIMIT = 80
+
+
+def shorten(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with an ellipsis, for echoing user input in a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(message: str) -> str:
+    """A message as the one line the CLI prints: line breaks become spaces, characters no terminal can
+    show become escapes, and a message longer than a few lines' worth is cut (the field it names
+    comes first)."""
+    text = " ".join(str(message).splitlines()).encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= 1000 else text[:997] + "..."
+
+
 def did_you_mean(word: str, candidates) -> str:
     """``" (did you mean 'x'?)"`` for the closest of ``candidates`` to ``word``, or ``""`` if none is close."""
+    if len(word) > 2 * ECHO_LIMIT:  # no key is that long (and difflib would index all of it)
+        return ""
     match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""

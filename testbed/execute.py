@@ -12,7 +12,7 @@ from typing import Any
 
 from testbed import kinds
 from testbed.engines.registry import make_engine
-from testbed.errors import UserError
+from testbed.errors import ResumableFailure, RunInterrupted, UserError
 from testbed.faults import maybe_kill
 from testbed.loading import validate_raw
 from testbed.progress import ProgressReporter, progress_enabled
@@ -35,27 +35,42 @@ def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quie
     preflight(scenario, source)
     run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"))
     try:
-        _execute(scenario, run, quiet)
-    except UserError:
-        if run.latest_checkpoint() is None:  # nothing worth keeping: leave no half-written folder
+        _execute(scenario, run, quiet, source)
+    except ResumableFailure:
+        raise  # a lost node: the folder is what `testbed resume` continues, checkpoint or not
+    except Exception:
+        # A user error or a bug before the first checkpoint: nothing worth keeping, so leave no
+        # half-written folder. After one the folder stays, for `testbed resume` once the cause is
+        # fixed (an interrupted run, KeyboardInterrupt, always stays).
+        if not run.has_checkpoint:
             shutil.rmtree(run.path, ignore_errors=True)
         raise
+    except KeyboardInterrupt:
+        raise RunInterrupted(run.path) from None
+    finally:
+        run.unlock()
     return run
 
 
 def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
-    """Continue an interrupted run from its newest checkpoint."""
+    """Continue an interrupted run from its newest checkpoint (refused while another process runs it)."""
     run = RunFolder.open(run_dir)
-    if run.completed:
-        raise UserError(f"{run.path}: run already completed; 'testbed report {run.path}' re-renders its report")
-    scenario = validate_raw(run.read_config(), source=str(run.config_path))
-    preflight(scenario, str(run.config_path))
-    run.rewind_to_checkpoint()
-    _execute(scenario, run, quiet)
+    run.lock()
+    try:
+        if run.completed:
+            raise UserError(f"{run.path}: run already completed; 'testbed report {run.path}' re-renders its report")
+        scenario = validate_raw(run.read_config(), source=str(run.config_path))
+        preflight(scenario, str(run.config_path))
+        run.rewind_to_checkpoint()
+        _execute(scenario, run, quiet, str(run.config_path))
+    except KeyboardInterrupt:
+        raise RunInterrupted(run.path) from None
+    finally:
+        run.unlock()
     return run
 
 
-def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
+def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> None:
     runner = kinds.runner(scenario.kind)
     trackers = open_trackers(list(scenario.report.trackers), run, scenario.name)
 
@@ -68,7 +83,7 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
     started = time.perf_counter()
     try:
         with make_engine(scenario.engine, runner.needs_one_of, runner.parallel_tasks(scenario), quiet) as engine:
-            ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics)
+            ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics, source)
             final = runner.run(ctx)
             engine_info = engine.describe()
     finally:
@@ -77,7 +92,7 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool) -> None:
     run.write_summary({
         "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
         "final_metrics": final, "engine": engine_info,
-        "timings": {"wall_s": round(time.perf_counter() - started, 3)},
+        "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
         "versions": _versions(),
     })
     report_run(run)

@@ -37,12 +37,12 @@ def _resolve(target: str) -> Any:
 
 
 @cache
-def runner(kind: str) -> "Runner":
+def runner(kind: str) -> Runner:
     """The runner of scenario kind ``kind`` (one instance per process)."""
     return _resolve(RUNNERS[kind])()
 
 
-def report_layout(report_kind: str) -> "ReportLayout | None":
+def report_layout(report_kind: str) -> ReportLayout | None:
     """The sections report kind ``report_kind`` adds, or None for the generic page."""
     target = REPORT_LAYOUTS.get(report_kind)
     return _resolve(target) if target else None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -24,10 +24,18 @@ class ProgressReporter:
     @contextmanager
     def task(self, description: str, total: int, completed: int = 0) -> Iterator[Callable[[int], None]]:
         """Yield ``advance(n)`` for a bar of ``total`` units that starts at ``completed``."""
+        # Named functions, not lambdas: mypy cannot infer a lambda with a default argument.
         if not self.enabled:
-            yield lambda n=1: None
+            def ignore(n: int = 1) -> None:
+                return None
+
+            yield ignore
             return
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, transient=True) as bar:
             task_id = bar.add_task(description, total=total, completed=completed)
-            yield lambda n=1: bar.advance(task_id, n)
+
+            def advance(n: int = 1) -> None:
+                bar.advance(task_id, n)
+
+            yield advance

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -23,13 +23,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunContext:
-    """What a runner gets: the scenario, its folder, an engine, a progress bar and a metrics sink."""
+    """What a runner gets: the scenario, its folder, an engine, a progress bar, a metrics sink, and
+    the file its messages name (the scenario file; a resumed run's config.yaml). What the runner
+    puts in ``timings`` (throughput and the like) goes to summary.json's ``timings``: the final
+    metrics `Runner.run` returns are the numbers a resumed run reproduces, so they hold no timing."""
 
-    scenario: "Scenario"
-    run: "RunFolder"
-    engine: "Engine"
-    progress: "ProgressReporter"
+    scenario: Scenario
+    run: RunFolder
+    engine: Engine
+    progress: ProgressReporter
     log_metrics: Callable[[dict[str, Any]], None]
+    source: str = ""
+    timings: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner(ABC):
@@ -39,14 +44,14 @@ class Runner(ABC):
     # The engine capabilities of which the kind needs at least one (see `testbed.engines.config`).
     needs_one_of: ClassVar[frozenset[str]] = frozenset({"tasks"})
 
-    def check(self, scenario: "Scenario", source: str) -> None:
+    def check(self, scenario: Scenario, source: str) -> None:  # noqa: B027  (no checks by default)
         """Validation beyond the schema that needs no workers (raise `ScenarioError`)."""
 
-    def parallel_tasks(self, scenario: "Scenario") -> int:
+    def parallel_tasks(self, scenario: Scenario) -> int:
         """How many tasks the run keeps busy at once; decides whether ``local`` starts Ray."""
         return 1
 
-    def report_sections(self, config: dict[str, Any]) -> list["ReportSection"]:
+    def report_sections(self, config: dict[str, Any]) -> list[ReportSection]:
         """The kind's own sections of the report of a run with the resolved scenario ``config``."""
         return []
 

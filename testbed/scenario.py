@@ -25,6 +25,22 @@ from testbed.workloads.config import TrainingConfig
 from testbed.workloads.oodrobust.config import OodConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# The default run folder is runs/<name>-<timestamp>, and file names end at 255 bytes.
+MAX_NAME_LENGTH = 128
+
+# The blocks each kind reads, besides name, kind, description and seed (a scenario with another
+# block was most likely meant for another kind: `--set kind=pretrain` on a workload file), and
+# those it cannot run without.
+KIND_BLOCKS: dict[str, tuple[str, ...]] = {
+    "workload": ("engine", "data", "workload", "training", "report", "sweep"),
+    "federated": ("engine", "data", "workload", "federated", "report", "sweep"),
+    "decentralized": ("engine", "data", "decentralized", "report", "sweep"),
+    "pretrain": ("engine", "data", "pretrain", "report", "sweep"),
+}
+KIND_REQUIRES: dict[str, tuple[str, ...]] = {
+    "workload": ("workload",), "federated": ("workload",), "decentralized": ("decentralized",),
+    "pretrain": ("pretrain",),
+}
 
 
 class ReportConfig(StrictModel):
@@ -53,7 +69,7 @@ class SweepConfig(StrictModel):
 class Scenario(StrictModel):
     """A whole scenario file: one run of one kind, with one root seed."""
 
-    name: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME_LENGTH)
     kind: Literal["workload", "federated", "decentralized", "pretrain"]
     description: str = ""
     seed: int = Field(0, ge=0)

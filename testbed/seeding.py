@@ -25,7 +25,7 @@ class SeedTree:
         self.root = int(root)
         self._path = path
 
-    def child(self, name: str) -> "SeedTree":
+    def child(self, name: str) -> SeedTree:
         """A sub-tree for one component, e.g. ``seeds.child("client.3")``."""
         return SeedTree(self.root, self._path + _name_key(name))
 

@@ -8,6 +8,10 @@ take the others down. On the ``local`` engine variants run side by side on this 
 then be on a filesystem every node sees, as on a Slurm cluster). Running or resuming a sweep again
 skips the variants that completed. The variants are placed by the engine's `map` primitive (see
 `testbed.engines.registry.placement_engine`): threads on this machine, or Ray tasks on a cluster.
+
+Ctrl-C on a sweep on this machine is passed on to the variant processes running (each stops as a
+run does, resumable), no further variant starts, and the sweep exits 130 once they have exited;
+`testbed resume` on the sweep folder continues them.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +32,18 @@ import yaml
 
 from testbed.engines.config import EngineSettings
 from testbed.engines.registry import placement_engine
-from testbed.errors import UserError
+from testbed.errors import RunInterrupted, ScenarioError, UserError
+from testbed.interrupts import interrupt_hook
 from testbed.loading import apply_override, validate_raw
 from testbed.run import RunFolder, atomic_write
 from testbed.scenario import Scenario
 from testbed.validation import preflight
+
+# The variant processes this process runs now, and whether the sweep was interrupted (no new ones).
+_variant_processes: set[subprocess.Popen] = set()
+_variants_guard = threading.Lock()
+_interrupted = threading.Event()
+VARIANT_STOP_S = 60.0  # how long an interrupted variant may take to stop before it is killed
 
 
 def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
@@ -46,7 +59,10 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
             slug = variant_slug(overrides)
             variant = copy.deepcopy(base)
             for key, value in overrides.items():
-                apply_override(variant, f"{key}={json.dumps(value)}")
+                try:
+                    apply_override(variant, f"{key}={json.dumps(value)}")
+                except ScenarioError as err:  # worded for --set: say where the sweep names it instead
+                    raise ScenarioError(f"{source}: sweep: {key}: {str(err).split(': ', 1)[-1]}") from None
             variant["name"] = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{base.get('name', 'sweep')}-{slug}")[:120]
             label = f"{source} (sweep variant {slug})"
             preflight(validate_raw(variant, source=label), label)
@@ -58,7 +74,8 @@ def variant_slug(overrides: dict[str, Any]) -> str:
     """A folder name that says what the variant changes, e.g. ``strategy.name=krum,seed=1``."""
     if not overrides:
         return "base"
-    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={_short(value)}" for key, value in overrides.items()]
+    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={_short(value)}"
+             for key, value in overrides.items()]
     return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
 
 
@@ -71,11 +88,36 @@ def _short(value: Any) -> str:
 def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool) -> RunFolder:
     """Run (or continue) every variant; failures are recorded, not raised."""
     variants = expand_variants(raw, source)
-    sweep_run = _open_sweep_folder(run_dir, raw)
+    sweep_run = _open_sweep_folder(run_dir, raw)  # locked: one sweep process at a time
+    _interrupted.clear()
+    try:
+        with interrupt_hook(_interrupt_variants):
+            _run_variants(sweep_run, variants, scenario)
+    except KeyboardInterrupt:
+        raise RunInterrupted(sweep_run.path) from None
+    finally:
+        sweep_run.unlock()
+    return sweep_run
+
+
+def _interrupt_variants() -> None:
+    """Ctrl-C: start no other variant, and pass SIGINT on to those running."""
+    _interrupted.set()
+    with _variants_guard:
+        running = list(_variant_processes)
+    for process in running:
+        try:
+            process.send_signal(signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+
+def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], scenario: Scenario) -> None:
     (sweep_run.path / "variants").mkdir(exist_ok=True)
     for slug, variant in variants.items():
         atomic_write(sweep_run.path / "variants" / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
     tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine) for slug in variants]
+    assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
     parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     with placement_engine(scenario.engine) as engine:
         results = engine.map(run_variant, tasks, parallel=parallel)
@@ -86,14 +128,15 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
     from testbed.report.sweep import render_sweep_report
 
     render_sweep_report(sweep_run)
-    return sweep_run
 
 
 def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
     """A new sweep folder, or the same sweep's folder again (then finished variants are skipped)."""
     existing = RunFolder(run_dir)
     if existing.config_path.is_file():
+        existing.lock()
         if existing.read_config() != raw:
+            existing.unlock()
             raise UserError(f"{run_dir}: holds a different sweep; use another --run-dir")
         return existing
     return RunFolder.create(run_dir, raw)
@@ -103,17 +146,41 @@ def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
     """Run one variant in its own ``testbed`` process (resume it if it started before), with the
     environment ``engine`` gives child processes on the machine that runs it."""
     run = RunFolder(folder)
+    if _interrupted.is_set():
+        return {"status": "failed", "exit_code": 130, "error": "interrupted before it started"}
     if run.completed:
-        return {"status": "completed", "skipped": True, "final_metrics": run.read_summary()["final_metrics"]}
+        summary = run.read_summary()
+        assert summary is not None  # a completed run has its summary
+        return {"status": "completed", "skipped": True, "final_metrics": summary["final_metrics"]}
     if run.config_path.is_file():
         command = ["resume", folder]
     else:
         command = ["run", f"{folder}.yaml", "--run-dir", folder]
     env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", *command, "--quiet"], env=env,
-                          capture_output=True, text=True)
+    done = _run_variant_process([sys.executable, "-m", "testbed.cli", *command, "--quiet"], env)
     if done.returncode == 0 and run.completed:
         return {"status": "completed", "skipped": False, "final_metrics": run.read_summary()["final_metrics"]}
     lines = (done.stderr or done.stdout).strip().splitlines()
     error = lines[-1] if lines else f"killed by signal {-done.returncode}" if done.returncode < 0 else "no output"
     return {"status": "failed", "exit_code": done.returncode, "error": error}
+
+
+def _run_variant_process(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run a variant's ``testbed`` process to its end. Interrupted (the sweep's SIGINT is passed on
+    to it), it is given `VARIANT_STOP_S` to stop as a run does before it is killed."""
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        with _variants_guard:
+            _variant_processes.add(process)
+        try:
+            try:
+                out, err = process.communicate()
+            except KeyboardInterrupt:  # the sweep runs this variant in its main thread
+                try:
+                    process.wait(VARIANT_STOP_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                raise
+        finally:
+            with _variants_guard:
+                _variant_processes.discard(process)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

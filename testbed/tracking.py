@@ -22,7 +22,7 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow"}
 class Tracker(ABC):
     """Receives every metrics record of a run."""
 
-    def __init__(self, run: "RunFolder", run_name: str):
+    def __init__(self, run: RunFolder, run_name: str):
         self.run = run
         self.run_name = run_name
 
@@ -30,6 +30,7 @@ class Tracker(ABC):
     def log(self, record: dict[str, Any]) -> None:
         """Record one metrics record (its ``step`` or ``round`` is the x-axis)."""
 
+    @abstractmethod
     def close(self) -> None:
         """Flush and release."""
 
@@ -45,7 +46,7 @@ def _step(record: dict[str, Any]) -> int:
 class TensorBoardTracker(Tracker):
     """Writes TensorBoard event files under ``<run>/tensorboard``."""
 
-    def __init__(self, run: "RunFolder", run_name: str):
+    def __init__(self, run: RunFolder, run_name: str):
         super().__init__(run, run_name)
         from torch.utils.tensorboard import SummaryWriter
 
@@ -59,7 +60,7 @@ class TensorBoardTracker(Tracker):
         self.writer.close()
 
 
-def mlflow_uri(run: "RunFolder") -> str:
+def mlflow_uri(run: RunFolder) -> str:
     """The tracking URI of a run's MLflow store."""
     return f"sqlite:///{(run.path / 'mlruns' / 'mlflow.db').resolve()}"
 
@@ -69,7 +70,7 @@ class MlflowTracker(Tracker):
     store); a resumed run continues the same MLflow run. Browse with
     ``mlflow ui --backend-store-uri sqlite:///<run>/mlruns/mlflow.db``."""
 
-    def __init__(self, run: "RunFolder", run_name: str):
+    def __init__(self, run: RunFolder, run_name: str):
         super().__init__(run, run_name)
         from mlflow.tracking import MlflowClient
 
@@ -105,6 +106,6 @@ def check_trackers(names: list[str], source: str) -> None:
                             "pip install 'testbed[trackers]'")
 
 
-def open_trackers(names: list[str], run: "RunFolder", run_name: str) -> list[Tracker]:
+def open_trackers(names: list[str], run: RunFolder, run_name: str) -> list[Tracker]:
     """Instantiate the named trackers for a run."""
     return [TRACKERS[name](run, run_name) for name in names]

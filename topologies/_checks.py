@@ -7,6 +7,7 @@ builders stay short and every message has the same shape.
 from __future__ import annotations
 
 import numbers
+from typing import cast
 
 import networkx as nx
 
@@ -25,7 +26,8 @@ def require_int(name: str, value: object, minimum: int) -> int:
 
 def require_prob(name: str, value: object) -> float:
     """Return ``value`` as a float if it is a probability in [0, 1], else raise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
+    # cast: typeshed's numbers.Real does not declare comparisons with int (no runtime effect).
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= cast(float, value) <= 1:
         raise TopologyError(f"{name} must be a probability in [0, 1] (got {value!r})")
     return float(value)
 

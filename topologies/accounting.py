@@ -36,6 +36,7 @@ and the condition on sigma come from the derivation above, not from the PDF.
 from __future__ import annotations
 
 import numbers
+from typing import cast
 
 import numpy as np
 import scipy.linalg as sla
@@ -57,14 +58,15 @@ def harmonic_number(T: int) -> float:
 
 def require_positive(name: str, value: object) -> float:
     """Return ``value`` as a float if it is a finite real > 0, else raise `TopologyError`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < np.inf:
+    # cast: typeshed's numbers.Real does not declare comparisons with int (no runtime effect).
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < cast(float, value) < np.inf:
         raise TopologyError(f"{name} must be a finite number > 0 (got {value!r})")
     return float(value)
 
 
 def require_order(alpha: object) -> float:
     """Return the Renyi order as a float if it is > 1, else raise `TopologyError`."""
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 1 < alpha < np.inf:
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 1 < cast(float, alpha) < np.inf:
         raise TopologyError(f"Renyi order alpha must be a finite number > 1 (got {alpha!r})")
     return float(alpha)
 

@@ -149,10 +149,29 @@ GRAPH_BUILDERS: dict[str, Callable[..., nx.Graph]] = {
 }
 
 
-def build_graph(name: str, *, seed: int = 0, **params: Any) -> nx.Graph:
+def planned_size(name: str, params: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(nodes, edges) the builder ``name`` would make from ``params``, without building anything;
+    None where the parameters do not say (a bundled, random or edge-list graph, or parameters of
+    the wrong type, which the builder refuses)."""
+    sizes = {k: v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if name == "hypercube":
+        dim = min(sizes["dim"], 64) if "dim" in sizes else None
+        return (2**dim, dim * 2 ** max(dim - 1, 0)) if dim is not None and dim > 0 else (None, None)
+    if name in ("grid", "torus"):
+        return (sizes["rows"] * sizes["cols"], None) if {"rows", "cols"} <= sizes.keys() else (None, None)
+    n = sizes.get("n")
+    if name == "complete" and n is not None:
+        return n, n * (n - 1) // 2
+    return n, None
+
+
+def build_graph(name: str, *, seed: int = 0, max_nodes: int | None = None, max_edges: int | None = None,
+                **params: Any) -> nx.Graph:
     """Build the registered graph ``name`` with keyword ``params`` and ``seed``.
 
-    Unknown names and parameters the builder does not take raise `TopologyError`.
+    Unknown names and parameters the builder does not take raise `TopologyError`, and so does a
+    graph of more than ``max_nodes`` nodes or ``max_edges`` edges (refused before it is built
+    where its parameters say its size).
     """
     builder = GRAPH_BUILDERS.get(name)
     if builder is None:
@@ -161,16 +180,30 @@ def build_graph(name: str, *, seed: int = 0, **params: Any) -> nx.Graph:
         inspect.signature(builder).bind(seed=seed, **params)
     except TypeError as exc:
         raise TopologyError(f"graph '{name}': {exc}") from None
-    return builder(seed=seed, **params)
+    nodes, edges = planned_size(name, params)
+    _check_size(name, nodes, edges, max_nodes, max_edges, "would have")
+    graph = builder(seed=seed, **params)
+    _check_size(name, graph.number_of_nodes(), graph.number_of_edges(), max_nodes, max_edges, "has")
+    return graph
 
 
-def graph_from_spec(spec: Mapping[str, Any], seed: int = 0) -> nx.Graph:
+def _check_size(name: str, nodes: int | None, edges: int | None, max_nodes: int | None, max_edges: int | None,
+                verb: str) -> None:
+    if max_nodes is not None and nodes is not None and nodes > max_nodes:
+        raise TopologyError(f"graph '{name}' {verb} {nodes} nodes; at most {max_nodes} are supported")
+    if max_edges is not None and edges is not None and edges > max_edges:
+        raise TopologyError(f"graph '{name}' {verb} {edges} edges; at most {max_edges} are supported")
+
+
+def graph_from_spec(spec: Mapping[str, Any], seed: int = 0, max_nodes: int | None = None,
+                    max_edges: int | None = None) -> nx.Graph:
     """Build a graph from a scenario mapping such as ``{"name": "hypercube", "dim": 11}``.
 
-    A ``seed`` key in the mapping takes precedence over the ``seed`` argument.
+    A ``seed`` key in the mapping takes precedence over the ``seed`` argument; ``max_nodes`` and
+    ``max_edges`` bound the graph's size (see `build_graph`).
     """
     params = dict(spec)
     if "name" not in params:
         raise TopologyError("topology spec has no 'name' key")
     name = params.pop("name")
-    return build_graph(name, seed=params.pop("seed", seed), **params)
+    return build_graph(name, seed=params.pop("seed", seed), max_nodes=max_nodes, max_edges=max_edges, **params)

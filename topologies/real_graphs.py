@@ -49,17 +49,31 @@ def edge_list(*, path: str | Path, seed: int = 0) -> nx.Graph:
     sorted numerically, other names as strings, so node ids do not depend on line
     order. Self-loops and repeated edges are dropped; a disconnected file is refused.
     """
+    if not isinstance(path, str | Path):
+        raise TopologyError(f"path must be a file name (got {type(path).__name__} {str(path)[:80]!r})")
     file = Path(path)
-    if not file.is_file():
-        raise TopologyError(f"edge-list file '{file}' does not exist")
+    shown = str(file) if len(str(file)) <= 80 else str(file)[:77] + "..."
+    try:
+        exists = file.is_file()
+    except (OSError, ValueError):  # a name the system refuses (too long, a NUL byte)
+        exists = False
+    if not exists:
+        raise TopologyError(f"edge-list file '{shown}' does not exist")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TopologyError(f"edge-list file '{shown}' is not UTF-8 text") from None
+    except OSError as err:  # unreadable (permissions)
+        reason = getattr(err, "strerror", None) or err
+        raise TopologyError(f"edge-list file '{shown}' cannot be read: {reason}") from None
     graph = nx.Graph()
-    for number, line in enumerate(file.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         fields = [f for f in re.split(r"[\s,]+", line.split("#", 1)[0].strip()) if f]
         if not fields:
             continue
         if len(fields) < 2:
             raise TopologyError(
-                f"edge-list file '{file.name}' line {number}: expected 'u v', got {line.strip()!r}"
+                f"edge-list file '{file.name}' line {number}: expected 'u v', got {line.strip()[:80]!r}"
             )
         graph.add_edge(fields[0], fields[1])
     name = f"edge_list:{file.name}"

@@ -13,6 +13,9 @@ from pydantic import Field
 from testbed.config import StrictModel
 from testbed.data.partition import IidPartition, PartitionConfig
 
+# The most copies `replicate` makes (the replicated split is also bounded in bytes where it is built).
+MAX_REPLICATE = 1000
+
 
 class DataConfig(StrictModel):
     """Which dataset a run uses, how it is split into train and test, and over how many clients."""
@@ -22,8 +25,9 @@ class DataConfig(StrictModel):
     test_fraction: float = Field(0.25, gt=0, lt=1)
     num_clients: int = Field(1, gt=0, description="clients (federated) or nodes (decentralized)")
     partition: PartitionConfig = Field(default_factory=IidPartition)
-    replicate: int = Field(1, gt=0, description="repeat the training split k times before partitioning, "
-                                                 "so scale tests can have more clients than samples")
+    replicate: int = Field(1, gt=0, le=MAX_REPLICATE,
+                           description="repeat the training split k times before partitioning, "
+                                       "so scale tests can have more clients than samples")
 
 
 class PublicDataConfig(StrictModel):

@@ -7,8 +7,9 @@ statistics inside `train_test_split`, never the test split's.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -63,6 +64,23 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
 }
 # The bundled sets that are images, known without loading them (validation asks before any load).
 IMAGE_DATASETS = frozenset({"digits", "moving_digits"})
+# Samples and classes of the bundled sets, likewise known without loading them (validation checks
+# the train/test split a scenario asks for; a test checks the table against the loaded sets).
+BUNDLED_SIZES: dict[str, tuple[int, int]] = {
+    "digits": (1797, 10), "wine": (178, 3), "breast_cancer": (569, 2), "iris": (150, 3), "moving_digits": (1797, 10),
+}
+
+
+def split_problem(samples: int, classes: int, test_fraction: float) -> str | None:
+    """Why a stratified split of ``samples`` samples of ``classes`` classes with ``test_fraction`` held
+    out cannot be made (each side needs a sample of every class), or None if it can. The counts are
+    scikit-learn's: the test share is rounded up."""
+    test = math.ceil(test_fraction * samples)
+    train = samples - test
+    if min(train, test) >= classes:
+        return None
+    return (f"data.test_fraction: {test_fraction} of {samples} samples leaves {train} for training and {test} "
+            f"for testing; each side needs at least one sample of each of the {classes} classes")
 
 
 def load_dataset(name: str) -> Dataset:
@@ -72,6 +90,11 @@ def load_dataset(name: str) -> Dataset:
 
 def train_test_split(data: Dataset, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
     """A stratified split; tabular features are standardised with the training statistics."""
+    problem = split_problem(len(data.y), len(np.unique(data.y)), test_fraction)
+    if problem is not None:
+        from testbed.data.partition import PartitionError
+
+        raise PartitionError(problem)
     index = np.arange(len(data.y))
     from sklearn.model_selection import train_test_split as sk_split
 
@@ -80,5 +103,5 @@ def train_test_split(data: Dataset, test_fraction: float, seed: int) -> tuple[Da
     if data.image_shape is None:
         mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-8
         x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
-    part = lambda x, idx: Dataset(data.name, x.astype(np.float32), data.y[idx], data.num_classes, data.image_shape)  # noqa: E731
+    part = lambda x, idx: Dataset(data.name, x.astype(np.float32), data.y[idx], data.num_classes, data.image_shape)
     return part(x_train, train_idx), part(x_test, test_idx)

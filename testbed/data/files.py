@@ -19,8 +19,9 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from testbed.errors import UserError
 try:  # numpy >= 2 moved the core module; pickles may name either spelling
     from numpy._core.multiarray import _reconstruct
 except ImportError:  # pragma: no cover - numpy 1.x
-    from numpy.core.multiarray import _reconstruct
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]  # the same function, older path
 
 Split = Literal["train", "test", "all"]
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))

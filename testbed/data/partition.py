@@ -18,13 +18,14 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Literal, Union
+from collections.abc import Callable, Sequence
+from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import Field
 
-from testbed.errors import ScenarioError
 from testbed.config import StrictModel
+from testbed.errors import ScenarioError
 
 # Redraws of the Dirichlet split before giving up; each is cheap (one draw per class), and with a
 # feasible min_size a few dozen tries are usually enough even for beta = 0.05.
@@ -77,7 +78,7 @@ def _check_inputs(labels: np.ndarray, num_clients: int) -> np.ndarray:
     return labels
 
 
-def _sorted_int64(parts: list[np.ndarray]) -> list[np.ndarray]:
+def _sorted_int64(parts: Sequence[np.ndarray | list]) -> list[np.ndarray]:
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
 
 

@@ -14,14 +14,13 @@ downscales them with an antialiasing filter to the clients' image shape and scal
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from pydantic import Field
 
 from testbed.data.config import PublicDataConfig
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
+import torch
 from scipy.optimize import brentq
 from scipy.signal import fftconvolve
 from scipy.special import expit
 from scipy.stats import binom
-import torch
 
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 MAX_EPSILON = 60.0  # beyond any bound r <= 10^6 guesses can certify
@@ -48,7 +48,7 @@ def one_run_p_value(epsilon: float, canaries: int, guesses: int, correct: int, d
 
 def epsilon_from_guesses(canaries: int, guesses: int, correct: int, delta: float, significance: float) -> float:
     """Largest epsilon rejected at level ``significance`` by ``correct`` right guesses of ``guesses``."""
-    excess = lambda eps: one_run_p_value(eps, canaries, guesses, correct, delta) - significance  # noqa: E731
+    excess = lambda eps: one_run_p_value(eps, canaries, guesses, correct, delta) - significance
     if guesses == 0 or excess(0.0) > 0:
         return 0.0
     if excess(MAX_EPSILON) <= 0:

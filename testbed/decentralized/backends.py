@@ -29,6 +29,7 @@ from testbed.decentralized.phase import Phase, PhaseArgs, build_phase
 from testbed.decentralized.problem import Problem, build_problem
 from testbed.determinism import single_threaded
 
+
 @lru_cache(maxsize=4)
 def _prepared(scenario_json: str, args: PhaseArgs) -> tuple[Problem, Phase, steps.Attack]:
     problem = build_problem(json.loads(scenario_json))

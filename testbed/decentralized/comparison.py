@@ -17,6 +17,8 @@ the unknown-sender loss of the pair (u, w), the constant term included.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -52,7 +54,8 @@ def random_walk_loss(walk: np.ndarray, graph, T: int, sigma: float, alpha: float
     return known
 
 
-def gossip_loss(walk: np.ndarray, rounds: int, gamma: float, sigma: float, alpha: float, first_power: int) -> np.ndarray:
+def gossip_loss(walk: np.ndarray, rounds: int, gamma: float, sigma: float, alpha: float,
+                first_power: int) -> np.ndarray:
     """Muffliato bound (M1) over messages first_power .. first_power + rounds - 1 of the gossip
     polynomial (W^t when gamma = 1, by `topologies.gossip_pndp`; Chebyshev otherwise)."""
     if gamma == 1.0:
@@ -111,7 +114,14 @@ def profiles(graphs: list, config: ComparisonConfig) -> dict[str, np.ndarray]:
     return result
 
 
-def crossover(result: dict[str, np.ndarray]) -> dict[str, object]:
+class Crossover(TypedDict):
+    """Where the random walk beats gossip (see `crossover`)."""
+
+    walk_below_gossip_at: list[int]
+    gossip_overtakes_from: int | None
+
+
+def crossover(result: dict[str, np.ndarray]) -> Crossover:
     """Where the random walk's mean loss is below gossip's, and the first distance from which
     gossip stays at or below it (None when it never does)."""
     distance = result["random_walk.distance"]

@@ -31,10 +31,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from testbed.config import StrictModel
+from testbed.config import FiniteValue, StrictModel
 
 Algorithm = Literal["random_walk", "gossip", "local_dp"]
 ALGORITHMS: tuple[str, ...] = ("random_walk", "gossip", "local_dp")
+# The largest graph a scenario may name: the walk matrix is dense (n x n floats) and the
+# accountants are quadratic in n or worse, so a larger graph would exhaust memory or time long
+# before it trained (fig1_full.yaml, the paper's largest, has 2048 nodes).
+MAX_NODES = 4096
+MAX_EDGES = 500_000
 
 
 class TopologySpec(BaseModel):
@@ -44,6 +49,7 @@ class TopologySpec(BaseModel):
     """
 
     model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, FiniteValue] = Field(init=False)
 
     name: str = Field(min_length=1)
 
@@ -154,15 +160,17 @@ class DecentralizedConfig(StrictModel):
     def _no_repeats(cls, value: Any) -> Any:
         if isinstance(value, list):
             if not value:
-                raise PydanticCustomError("algorithms", "needs at least one algorithm (use train: false for accounting only)")
+                raise PydanticCustomError("algorithms",
+                                          "needs at least one algorithm (use train: false for accounting only)")
             if len(set(value)) != len(value):
                 raise PydanticCustomError("algorithms", "an algorithm is listed twice")
         return value
 
     @model_validator(mode="after")
-    def _noise_is_defined(self) -> "DecentralizedConfig":
+    def _noise_is_defined(self) -> DecentralizedConfig:
         if self.train and self.sigma is None and self.privacy.target_epsilon is None:
-            raise PydanticCustomError("noise", "set sigma (the noise multiplier) or privacy.target_epsilon to derive it")
+            raise PydanticCustomError("noise",
+                                      "set sigma (the noise multiplier) or privacy.target_epsilon to derive it")
         return self
 
     @property
@@ -172,10 +180,10 @@ class DecentralizedConfig(StrictModel):
             return ()
         return tuple(self.algorithm) if isinstance(self.algorithm, list) else (self.algorithm,)
 
-    def phase(self, algorithm: str) -> "PhaseSettings":
+    def phase(self, algorithm: str) -> PhaseSettings:
         """The loop settings of one algorithm, its overrides applied."""
         block: PhaseOverrides = getattr(self, algorithm)
-        pick = lambda key: getattr(block, key) if getattr(block, key) is not None else getattr(self, key)  # noqa: E731
+        pick = lambda key: getattr(block, key) if getattr(block, key) is not None else getattr(self, key)
         return PhaseSettings(algorithm, pick("steps"), pick("eval_every"), pick("checkpoint_every"), pick("lr"))
 
 

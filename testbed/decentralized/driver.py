@@ -10,8 +10,9 @@ distance and the canary audit. The checkpoint holds all of it, so a resumed run 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -50,15 +51,21 @@ def plan(problem: Problem, settings: PhaseSettings, source: str) -> privacy.Priv
     """The privacy plan of one algorithm (sigma, stopping step); a `ScenarioError` if impossible."""
     config = problem.config
     try:
-        return privacy.make_plan(settings.algorithm, unit_rho(problem, settings), settings.steps, config.sigma,
-                                 config.privacy.target_epsilon, config.privacy.delta, config.privacy.conversion,
-                                 sensitivity(config))
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # an extreme sigma: refused below
+            return privacy.make_plan(settings.algorithm, unit_rho(problem, settings), settings.steps, config.sigma,
+                                     config.privacy.target_epsilon, config.privacy.delta, config.privacy.conversion,
+                                     sensitivity(config))
     except ValueError as err:
-        raise ScenarioError(f"{source}: {err}") from None
+        message = str(err)
+        if message.startswith("privacy."):
+            raise ScenarioError(f"{source}: decentralized.{message}") from None
+        field = "decentralized.sigma" if config.sigma is not None else "decentralized.privacy.target_epsilon"
+        raise ScenarioError(f"{source}: {field}: no privacy plan for {settings.algorithm} ({message})") from None
 
 
 def phase_args(settings: PhaseSettings, the_plan: privacy.PrivacyPlan) -> PhaseArgs:
-    return PhaseArgs(settings.algorithm, settings.lr, the_plan.sigma, the_plan.stop, settings.steps, settings.eval_every)
+    return PhaseArgs(settings.algorithm, settings.lr, the_plan.sigma, the_plan.stop, settings.steps,
+                     settings.eval_every)
 
 
 def record(algorithm: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPlan) -> dict[str, Any]:
@@ -72,6 +79,7 @@ def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
     """Fig.-1 profiles of comparison topology ``index`` (the run's topology when none is listed)."""
     scenario = Scenario.model_validate(scenario_data)
     config, seeds = scenario.decentralized, SeedTree(scenario.seed)
+    assert config is not None  # DecentralizedRunner.check requires the block
     specs = config.comparison.topologies
     spec = specs[index].spec if specs else config.topology.spec
     trials = 1 if "seed" in spec else config.comparison.trials
@@ -92,6 +100,7 @@ def finish(problem: Problem, settings: PhaseSettings, the_plan: privacy.PrivacyP
     stop, n = the_plan.stop, problem.n
     if stop > 0:
         unit = unit_rho(problem, settings, keep=stop)
+        assert unit.matrix is not None  # kept at step ``stop``
         eps = privacy.to_epsilon(unit.matrix, unit.local[stop], the_plan.sigma, config.privacy.delta,
                                  config.privacy.conversion, unit.order_limited, sensitivity(config))
         eps = np.broadcast_to(eps, (n, n)).copy()

@@ -69,7 +69,7 @@ class HostedNodes:
         for index, block in enumerate(self.blocks):
             self.owner[block] = index
 
-    def __enter__(self) -> "HostedNodes":
+    def __enter__(self) -> HostedNodes:
         return self
 
     def __exit__(self, *exc_info) -> None:

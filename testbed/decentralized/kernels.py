@@ -27,6 +27,7 @@ from testbed.decentralized.problem import Problem, batch_mask, noise
 def _updates(problem: Problem, phase: Phase, params: torch.Tensor, nodes, counters) -> torch.Tensor:
     """Clipped mean gradients of ``nodes`` at ``params`` [b, D] (model part), with the canaries
     (clip * inclusion bits) in the audit block of the source node: the noiseless update [b, D]."""
+    assert problem.data is not None and problem.spec is not None  # a training problem (built with data)
     block = problem.data.block(nodes)
     mask = batch_mask(block, phase.batch_size, problem.seed, counters)
     size = problem.spec.num_params
@@ -41,6 +42,7 @@ def _updates(problem: Problem, phase: Phase, params: torch.Tensor, nodes, counte
 def release_noise(problem: Problem, stream: str, *keys: int) -> torch.Tensor:
     """The standard normal vector [D] of one release: the model part and the audit block come from
     separate keyed streams, so adding canaries leaves the model's noise (and training) unchanged."""
+    assert problem.spec is not None  # a training problem (built with data)
     size, canaries = problem.spec.num_params, problem.config.audit.canaries
     model = noise(problem.seed, stream, size, *keys)
     return torch.cat([model, noise(problem.seed, f"{stream}.audit", canaries, *keys)]) if canaries else model
@@ -55,6 +57,7 @@ def walk_visit(problem: Problem, phase: Phase, token: torch.Tensor, step: int,
                contributions: int) -> tuple[torch.Tensor, bool]:
     """Step ``step`` of the walk by its holder ``phase.path[step]``, which has contributed
     ``contributions`` times so far; returns the token it forwards and whether it contributed."""
+    assert phase.path is not None  # a random-walk phase
     node = int(phase.path[step])
     contributes = contributions < phase.cap
     if contributes:

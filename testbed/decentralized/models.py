@@ -65,7 +65,7 @@ class ModelSpec:
         return params
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shapes(spec: ModelSpec) -> dict[str, torch.Size]:
     """`ModelSpec.shapes`, computed once per spec (it is read on every forward pass)."""
     return spec.shapes
@@ -110,7 +110,7 @@ class FlatModel:
             if index < len(layers) - 1:
                 inputs.append(torch.relu(pre[-1]))
         error = torch.softmax(pre[-1], dim=-1) - torch.nn.functional.one_hot(y, self.spec.num_classes)
-        grads = []
+        grads: list[torch.Tensor] = []
         for index in reversed(range(len(layers))):
             weight_grad = error.unsqueeze(-1) * inputs[index].unsqueeze(-2)  # [..., m, out, in]
             grads = [weight_grad.flatten(-2), error] + grads

@@ -148,12 +148,13 @@ class PrivacyPlan:
     def summary(self) -> dict:
         return {"sigma": self.sigma, "sigma_calibrated": self.calibrated, "planned_steps": self.planned,
                 "stop_step": self.stop, "stopped_by_target": bool(self.exceeded),
-                "epsilon_at_stop": float(self.epsilon[self.stop]), **{f"exceeded_{k}": v for k, v in self.exceeded.items()}}
+                "epsilon_at_stop": float(self.epsilon[self.stop]),
+                **{f"exceeded_{k}": v for k, v in self.exceeded.items()}}
 
 
 def calibrate_sigma(epsilon_of_sigma, target: float) -> float:
     """The sigma whose final epsilon equals ``target`` (epsilon decreases in sigma)."""
-    gap = lambda log_sigma: epsilon_of_sigma(np.exp(log_sigma)) - target  # noqa: E731
+    gap = lambda log_sigma: epsilon_of_sigma(np.exp(log_sigma)) - target
     low, high = np.log(1e-3), np.log(1e4)
     if gap(high) > 0:
         raise ValueError(f"privacy.target_epsilon: {target} is out of reach even with sigma = 1e4")
@@ -167,9 +168,10 @@ def make_plan(algorithm: str, unit: UnitRho, planned: int, sigma: float | None, 
               delta: float, conversion: str, sensitivity: float) -> PrivacyPlan:
     """Calibrate sigma (when not given) so ``planned`` steps end at the target, then find the last
     step whose largest pairwise epsilon stays within the target."""
-    curve = lambda s: to_epsilon(unit.maximum, unit.local, s, delta, conversion, unit.order_limited, sensitivity)  # noqa: E731
+    curve = lambda s: to_epsilon(unit.maximum, unit.local, s, delta, conversion, unit.order_limited, sensitivity)
     calibrated = sigma is None
-    if calibrated:
+    if sigma is None:
+        assert target is not None  # the config asks for sigma or a target epsilon
         sigma = calibrate_sigma(lambda s: float(curve(s)[planned]), target)
     epsilon = curve(sigma)
     stop, exceeded = planned, {}

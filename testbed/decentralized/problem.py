@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from testbed.data import load_selected, partition_indices, train_test_split
-from testbed.decentralized.config import DecentralizedConfig
+from testbed.decentralized.config import MAX_EDGES, MAX_NODES, DecentralizedConfig
 from testbed.decentralized.models import FlatModel, ModelSpec
 from testbed.seeding import SeedTree
 from testbed.topologies import graph_from_spec, metropolis_hastings
@@ -39,8 +39,10 @@ def noise(root: int, stream: str, size: int, *keys: int) -> torch.Tensor:
 
 
 def build_graph(config: DecentralizedConfig, seed: int, spec: dict | None = None) -> nx.Graph:
-    """The topology (or ``spec``), random builders seeded from the root seed unless the spec has a seed."""
-    return graph_from_spec(spec or config.topology.spec, seed=SeedTree(seed).integer("topology"))
+    """The topology (or ``spec``), random builders seeded from the root seed unless the spec has a seed;
+    a graph beyond the supported size is refused before it is built."""
+    return graph_from_spec(spec or config.topology.spec, seed=SeedTree(seed).integer("topology"),
+                           max_nodes=MAX_NODES, max_edges=MAX_EDGES)
 
 
 @dataclass
@@ -52,7 +54,7 @@ class NodeData:
     y: torch.Tensor
     mask: torch.Tensor
 
-    def block(self, nodes) -> "NodeData":
+    def block(self, nodes) -> NodeData:
         """The rows of the given global node ids."""
         rows = np.searchsorted(self.nodes, np.asarray(nodes))
         return NodeData(np.asarray(nodes), self.x[rows], self.y[rows], self.mask[rows])
@@ -81,15 +83,18 @@ class Problem:
 
     @property
     def model(self) -> FlatModel:
+        assert self.spec is not None  # a training problem (built with data)
         return FlatModel(self.spec)
 
     @property
     def dimension(self) -> int:
         """Length of a node's vector: the model, then one coordinate per audit canary."""
+        assert self.spec is not None  # a training problem (built with data)
         return self.spec.num_params + self.config.audit.canaries
 
     def train_arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All nodes' samples, unpadded (the global training loss is measured on them)."""
+        assert self.data is not None  # a training problem (built with data)
         keep = self.data.mask.bool()
         return self.data.x[keep], self.data.y[keep]
 
@@ -100,6 +105,7 @@ def build_problem(scenario_data: dict, with_data: bool = True) -> Problem:
 
     scenario = Scenario.model_validate(scenario_data)
     config, seeds = scenario.decentralized, SeedTree(scenario.seed)
+    assert config is not None  # DecentralizedRunner.check requires the block
     graph = build_graph(config, scenario.seed)
     walk = metropolis_hastings(graph)
     if not (with_data and config.train):

@@ -55,11 +55,13 @@ class BudgetSection(ReportSection):
             return "<p>No algorithm was trained (accounting only, or the run has not finished).</p>"
         rows = []
         for alg in _trained(data):
-            get = lambda key, default="": final.get(f"{alg}.{key}", default)  # noqa: E731
+            get = lambda key, default="", alg=alg: final.get(f"{alg}.{key}", default)  # used in this iteration only
             stopped = (f"target reached: stopped after step {get('stop_step')}; step {get('exceeded_step')} "
                        f"would give pair ({get('exceeded_u')} -> {get('exceeded_v')}) "
-                       f"epsilon {get('exceeded_epsilon', float('nan')):.4g}") if get("stopped_by_target") else "ran all steps"
-            sigma = f"{get('sigma', float('nan')):.4g}" + (" (calibrated to the target)" if get("sigma_calibrated") else "")
+                       f"epsilon {get('exceeded_epsilon', float('nan')):.4g}"
+                       ) if get("stopped_by_target") else "ran all steps"
+            sigma = f"{get('sigma', float('nan')):.4g}" + (
+                " (calibrated to the target)" if get("sigma_calibrated") else "")
             rows.append((LABELS[alg], sigma, get("planned_steps"), stopped, get("epsilon_at_stop", float("nan")),
                          get("epsilon_mean", float("nan")), get("test_accuracy", float("nan"))))
         head = (f"<p>Target: epsilon = {privacy.get('target_epsilon')}, delta = {privacy.get('delta')} "
@@ -91,8 +93,9 @@ class DistanceSection(ReportSection):
         parts = []
         trained = _trained(data)
         if trained:
-            parts.append(_figure(out_dir / "distance-trained.png", lambda ax: _bands(ax, data.artifacts, trained, "{a}.distance",
-                                 "{a}.distance_mean", "{a}.distance_min", "{a}.distance_max"),
+            parts.append(_figure(out_dir / "distance-trained.png",
+                                 lambda ax: _bands(ax, data.artifacts, trained, "{a}.distance",
+                                                   "{a}.distance_mean", "{a}.distance_min", "{a}.distance_max"),
                                  "this run: final (epsilon, delta)", "shortest-path distance", "epsilon"))
         indices = sorted({int(k.split(".")[1]) for k in data.artifacts if k.startswith("comparison.")})
         rows, figures = [], []
@@ -100,7 +103,8 @@ class DistanceSection(ReportSection):
             found = {k.split(".", 2)[2]: v for k, v in data.artifacts.items() if k.startswith(f"comparison.{index}.")}
             name = str(found["name"][0])
             figures.append(_figure(out_dir / f"distance-comparison-{index}.png",
-                                   lambda ax, f=found: _bands(ax, f, ALGORITHMS, "{a}.distance", "{a}.mean", "{a}.min", "{a}.max"),
+                                   lambda ax, f=found: _bands(ax, f, ALGORITHMS, "{a}.distance", "{a}.mean", "{a}.min",
+                                                              "{a}.max"),
                                    name, "shortest-path distance", "Renyi epsilon (alpha)", log_y=True))
             where = crossover(found)
             n, walk_steps, rounds, gap = found["facts"]
@@ -111,9 +115,11 @@ class DistanceSection(ReportSection):
             comparison = (data.config.get("decentralized") or {}).get("comparison", {})
             source = comparison.get("source")
             pairs = "all pairs (u, v)" if source is None else f"the pairs ({source}, v)"
-            parts.append(f"<p>Setting of Fig. 1 (Cyffers et al. 2024): Renyi loss at alpha = {comparison.get('alpha')}, "
+            clipped = "yes" if comparison.get("clip_to_local", True) else "no"
+            parts.append(f"<p>Setting of Fig. 1 (Cyffers et al. 2024): Renyi loss at alpha = "
+                         f"{comparison.get('alpha')}, "
                          f"sigma = {comparison.get('sigma')}, random-walk view {comparison.get('random_walk_view')}, "
-                         f"clipped at the local-DP loss of one release: {'yes' if comparison.get('clip_to_local', True) else 'no'}; "
+                         f"clipped at the local-DP loss of one release: {clipped}; "
                          f"mean over {pairs} at each distance (bands: min to max).</p>")
             parts.append(table(rows, ("topology", "n", "spectral gap", "walk steps T", "gossip rounds",
                                       "distances where random walk < gossip", "gossip at or below from distance")))
@@ -165,16 +171,18 @@ class AuditSection(ReportSection):
         config = (data.config.get("decentralized") or {}).get("audit", {})
         rows, figures = [], []
         for alg in audited:
-            get = lambda key: data.artifacts[f"{alg}.audit_{key}"]  # noqa: E731
+            get = lambda key, alg=alg: data.artifacts[f"{alg}.audit_{key}"]  # used in this iteration only
             for v, d, low, up in zip(get("observer"), get("distance"), get("lower"), get("upper")):
                 rows.append((LABELS[alg], int(v), int(d), float(low), float(up), "yes" if low <= up else "NO"))
             figures.append(_figure(out_dir / f"audit-{alg}.png", lambda ax, g=get: _audit_plot(ax, g),
-                                   f"{LABELS[alg]}: pairs ({config.get('source')}, v)", "shortest-path distance", "epsilon"))
+                                   f"{LABELS[alg]}: pairs ({config.get('source')}, v)", "shortest-path distance",
+                                   "epsilon"))
         head = (f"<p>{config.get('canaries')} canaries at node {config.get('source')}, each included with "
                 f"probability 1/2; every other node v guesses from its own view (significance "
                 f"{config.get('significance')}).</p>")
         return head + '<div class="grid">' + "".join(figures) + "</div>" + table(
-            rows, ("algorithm", "observer v", "distance", "empirical lower bound", "accountant upper bound", "lower <= upper"))
+            rows, ("algorithm", "observer v", "distance", "empirical lower bound", "accountant upper bound",
+                   "lower <= upper"))
 
 
 def _audit_plot(ax, get) -> None:

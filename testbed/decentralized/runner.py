@@ -14,7 +14,7 @@ from typing import Any
 from testbed.decentralized import driver
 from testbed.decentralized.problem import build_graph, build_problem
 from testbed.errors import ScenarioError
-from testbed.runner import Runner, RunContext
+from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 from testbed.topologies import TopologyError
 
@@ -45,8 +45,9 @@ class DecentralizedRunner(Runner):
             _check_training(scenario, source, graph.number_of_nodes())
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
-        scenario, source = ctx.scenario, str(ctx.run.config_path)
+        scenario, source = ctx.scenario, ctx.source or str(ctx.run.config_path)
         config, data = scenario.decentralized, scenario.model_dump(mode="json")
+        assert config is not None  # DecentralizedRunner.check requires the block
         problem = build_problem(data)
         plans = {alg: driver.plan(problem, config.phase(alg), source) for alg in config.algorithms}
         checkpoint = ctx.run.latest_checkpoint()
@@ -105,6 +106,7 @@ class DecentralizedRunner(Runner):
 def _check_training(scenario: Scenario, source: str, n: int) -> None:
     """What training needs: one data shard per graph node, a valid audit source, enough nodes."""
     config = scenario.decentralized
+    assert config is not None  # DecentralizedRunner.check requires the block
     if scenario.data.num_clients != n:
         raise ScenarioError(f"{source}: data.num_clients: {scenario.data.num_clients}, but the topology "
                             f"'{config.topology.name}' has {n} nodes; set data.num_clients: {n}")
@@ -115,9 +117,11 @@ def _check_training(scenario: Scenario, source: str, n: int) -> None:
                             f"{MAX_AUDIT_NODES} nodes (this one has {n})")
     scenario.engine.check(n, "nodes", source)
     try:
-        build_problem(scenario.model_dump(mode="json"))
+        problem = build_problem(scenario.model_dump(mode="json"))
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
+    for algorithm in config.algorithms:  # the run plans each algorithm's noise and stopping step first
+        driver.plan(problem, config.phase(algorithm), source)
 
 
 def _artifacts(saved: dict) -> dict:

@@ -21,7 +21,6 @@ from testbed.decentralized import audit, kernels
 from testbed.decentralized.phase import Phase
 from testbed.decentralized.problem import Problem
 
-
 # The arrays each host updates only in the rows of its own nodes (merged by node id after a chunk).
 NODE_KEYS = {"random_walk": ("contributions", "attack_sent", "attack_time", "attack_score"),
              "gossip": ("attack_score",), "local_dp": ()}
@@ -50,6 +49,7 @@ class Attack:
 
 def initial_state(problem: Problem, phase: Phase) -> dict:
     """The state before step 0: every model at the same initialisation, attackers blank."""
+    assert problem.spec is not None  # a training problem (built with data)
     init = torch.cat([problem.spec.init(problem.seed), torch.zeros(phase.canaries)])
     n, m = problem.n, phase.canaries
     algorithm = phase.args.algorithm
@@ -65,6 +65,7 @@ def initial_state(problem: Problem, phase: Phase) -> dict:
 def walk_step(problem: Problem, phase: Phase, state: dict, step: int, attack: Attack) -> None:
     """Step ``step`` of the walk, in place: the holder updates the token, counts its contribution,
     and (audit on) scores the canaries from what it received."""
+    assert phase.path is not None and problem.spec is not None  # a random-walk phase of a training problem
     node, size = int(phase.path[step]), problem.spec.num_params
     received = state["token"]
     token, contributed = kernels.walk_visit(problem, phase, received, step, int(state["contributions"][node]))
@@ -79,6 +80,7 @@ def gossip_mix(problem: Problem, phase: Phase, state: dict, messages: torch.Tens
                round_index: int, previous_rows: torch.Tensor | None) -> torch.Tensor:
     """Round ``round_index`` for ``nodes``: they receive ``messages`` (Y_t of every node), score the
     canaries, and return their rows of Y_{t+1}."""
+    assert problem.spec is not None  # a training problem (built with data)
     if phase.canaries:
         audit.gossip_observe(state["attack_score"], nodes, attack.senders[np.asarray(nodes)],
                              attack.gossip_weights[round_index], messages[:, problem.spec.num_params:])
@@ -95,11 +97,13 @@ def gossip_step(problem: Problem, phase: Phase, state: dict, iteration: int, att
     state["params"] = messages
 
 
-def local_dp_step(problem: Problem, phase: Phase, state: dict, iteration: int, releases: torch.Tensor | None = None) -> None:
+def local_dp_step(problem: Problem, phase: Phase, state: dict, iteration: int,
+                  releases: torch.Tensor | None = None) -> None:
     """One local-DP iteration, in place; ``releases`` (all nodes', [n, D]) when computed elsewhere."""
     if releases is None:
         releases = kernels.local_dp_releases(problem, phase, state["params"], np.arange(problem.n), iteration)
     if phase.canaries:
+        assert problem.spec is not None  # a training problem (built with data)
         state["attack_score"] += releases[phase.source, problem.spec.num_params:].double()
     state["params"] = kernels.local_dp_apply(state["params"], releases, phase.args.lr)
 
@@ -107,6 +111,8 @@ def local_dp_step(problem: Problem, phase: Phase, state: dict, iteration: int, r
 def evaluate(problem: Problem, phase: Phase, state: dict) -> dict[str, float]:
     """Test accuracy and loss, and training loss on all nodes' data, of the model(s) now: the token,
     the shared model, or the mean over the gossip nodes (with their consensus distance)."""
+    # a training problem (built with data)
+    assert problem.spec is not None and problem.test_x is not None and problem.test_y is not None
     size, model = problem.spec.num_params, problem.model
     train_x, train_y = problem.train_arrays()
     vector = state["token"] if phase.args.algorithm == "random_walk" else state["params"]

@@ -19,7 +19,7 @@ which is what makes the same scenario give the same numbers on any engine.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,7 +47,7 @@ class ActorGroup(ABC):
         """Stop every worker."""
 
 
-class Engine(ABC):
+class Engine(ABC):  # noqa: B024  (every primitive has a default; the ABC marks the interface)
     """Places a run's work on workers. Use as a context manager: started on enter, shut down on exit."""
 
     name: str = "engine"
@@ -56,28 +56,36 @@ class Engine(ABC):
         self.settings = settings
 
     @classmethod
-    def build(cls, settings: Any, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> "Engine":
+    def build(cls, settings: Any, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> Engine:
         """The engine for a run that uses the capabilities ``needs`` with ``parallel_tasks`` at once."""
         return cls(settings)
 
     @classmethod
-    def for_placement(cls, settings: Any) -> "Engine":
+    def for_placement(cls, settings: Any) -> Engine:
         """The engine a sweep places its variants with: by default threads on this machine, each
         waiting on its variant's ``testbed`` process."""
         return InProcessEngine(settings)
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         self.start()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.shutdown()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: Any) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            self.abort()
+        else:
+            self.shutdown()
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027  (engines with nothing to acquire keep this no-op)
         """Acquire workers (start or join Ray, launch ranks, ...)."""
 
-    def shutdown(self) -> None:
+    def shutdown(self) -> None:  # noqa: B027  (engines with nothing to release keep this no-op)
         """Release what `start` acquired."""
+
+    def abort(self) -> None:
+        """Release what `start` acquired at once, without waiting for work in flight: the run
+        was interrupted (Ctrl-C) and continues from its last checkpoint. By default `shutdown`."""
+        self.shutdown()
 
     def offers(self, capability: str) -> bool:
         """Whether this started engine offers ``capability`` (see `testbed.engines.config`)."""
@@ -103,6 +111,12 @@ class Engine(ABC):
     def workers(self) -> int:
         """How many workers calls can be spread over (CPUs of the cluster, ranks, ...)."""
         return 1
+
+    def largest_node_cpus(self) -> float:
+        """The CPUs of the engine's largest machine: no single worker can reserve more."""
+        import os
+
+        return float(os.cpu_count() or 1)
 
     def actors(self, cls: type, arg_tuples: Sequence[tuple]) -> ActorGroup:
         """One worker per tuple, each hosting ``cls(*args)``, spread over the engine's machines."""

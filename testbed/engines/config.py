@@ -23,7 +23,7 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import Field, field_validator
 
 from testbed.config import StrictModel
-from testbed.errors import ScenarioError, UserError
+from testbed.errors import ScenarioError, UserError, shorten
 
 CAPABILITIES = ("tasks", "actors", "ray", "spmd", "torch_distributed")
 
@@ -133,8 +133,14 @@ class DeepSpeedEngineConfig(EngineSettings):
     def check(self, work_units: int, unit: str, source: str) -> None:
         from pathlib import Path
 
-        if self.hostfile and not Path(self.hostfile).is_file():
-            raise ScenarioError(f"{source}: engine.hostfile: '{self.hostfile}' does not exist")
+        if not self.hostfile:
+            return
+        try:
+            exists = Path(self.hostfile).is_file()
+        except OSError:  # a name the system refuses (too long)
+            exists = False
+        if not exists:
+            raise ScenarioError(f"{source}: engine.hostfile: {shorten(self.hostfile)} does not exist")
 
 
 class MpiEngineConfig(EngineSettings):

@@ -12,8 +12,8 @@ import subprocess
 from typing import Any
 
 from testbed.engines.base import InProcessEngine
-from testbed.engines.jobs import DistributedProgram, Job
 from testbed.engines.config import DeepSpeedEngineConfig
+from testbed.engines.jobs import DistributedProgram, Job
 from testbed.errors import UserError
 
 

@@ -4,9 +4,10 @@
 waits for rank 0 to connect back over an authenticated socket (`multiprocessing.connection`).
 `spmd(fn, *args)` sends ``(fn, args)`` to rank 0, which broadcasts it; every rank runs
 ``fn(comm, *args)`` (the function talks to its peers through ``comm``, ``mpi4py.MPI.COMM_WORLD``)
-and rank 0 sends its result back. Other calls (`map`) run in the driver. The ranks live for the whole run, so a run pays the start-up of N Python
-processes once, not per chunk. A rank that raises prints its traceback and aborts the job; the
-driver then raises with the end of mpiexec's output.
+and rank 0 sends its result back. Other calls (`map`) run in the driver. The ranks live for the
+whole run, so a run pays the start-up of N Python processes once, not per chunk. A rank that
+raises prints its traceback and aborts the job; the driver then raises with the end of mpiexec's
+output.
 
 Launch recipe (what `start` runs; ``hosts`` adds ``-hosts h1,h2``)::
 
@@ -24,9 +25,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from multiprocessing.connection import Listener
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO
 
 from testbed.engines.base import Engine
 from testbed.engines.config import MpiEngineConfig
@@ -59,8 +61,8 @@ class MpiEngine(Engine):
         super().__init__(settings)
         self.num_procs, self.hosts, self.quiet = settings.num_procs, list(settings.hosts), quiet
         self._process: subprocess.Popen | None = None
-        self._connection = None
-        self._log = None
+        self._connection: Connection | None = None
+        self._log: BinaryIO | None = None
 
     def start(self) -> None:
         authkey = secrets.token_bytes(32)
@@ -72,14 +74,17 @@ class MpiEngine(Engine):
         command += [sys.executable, "-m", "testbed.engines.mpi_worker", host, str(listener.address[1])]
         self._log = tempfile.TemporaryFile()
         env = {**os.environ, AUTHKEY_ENV: authkey.hex()}
-        self._process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        # In a session of its own, so that mpiexec and every rank it starts are stopped together.
+        self._process = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         try:
             self._connection = self._accept(listener)
         finally:
             listener.close()
 
-    def _accept(self, listener: Listener):
+    def _accept(self, listener: Listener) -> Connection:
         """Wait for rank 0, failing early if mpiexec exits first."""
+        assert self._process is not None  # launched by start
         accepted: list = []
         thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
         thread.start()
@@ -96,6 +101,7 @@ class MpiEngine(Engine):
         return self.num_procs
 
     def spmd(self, fn: Callable[..., Any], *args: Any) -> Any:
+        assert self._connection is not None  # connected by start
         try:
             # Plain pickle: Connection.send would use torch's shared-memory reducers, whose file
             # descriptors another process (rank 0) cannot fetch from this one.
@@ -118,14 +124,23 @@ class MpiEngine(Engine):
             self._connection = None
         self._stop_process()
 
+    def abort(self) -> None:
+        """Interrupted: stop mpiexec and its ranks now, without waiting for the call in flight."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        self._stop_process(timeout_s=0.0)
+
     def _stop_process(self, timeout_s: float = 30.0) -> None:
-        """Wait for mpiexec to exit (it does once the ranks leave their loop), else kill it."""
+        """Wait for mpiexec to exit (it does once the ranks leave their loop), else stop its session."""
+        from testbed.engines.processes import stop_group
+
         if self._process is not None:
             try:
                 self._process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+                pass
+            stop_group(self._process, grace_s=1.0)  # the ranks too, also when mpiexec exited first
             self._process = None
 
     def _output_tail(self, chars: int = 3000) -> str:

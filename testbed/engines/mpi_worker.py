@@ -19,9 +19,10 @@ def serve(host: str, port: int) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    connection = Client((host, port), authkey=bytes.fromhex(os.environ["TESTBED_MPI_AUTHKEY"])) if comm.rank == 0 else None
+    connection = (Client((host, port), authkey=bytes.fromhex(os.environ["TESTBED_MPI_AUTHKEY"]))
+                  if comm.rank == 0 else None)
     while True:
-        task = comm.bcast(pickle.loads(connection.recv_bytes()) if comm.rank == 0 else None, root=0)
+        task = comm.bcast(pickle.loads(connection.recv_bytes()) if connection is not None else None, root=0)  # rank 0
         if task is None:
             break
         fn, args = task
@@ -30,10 +31,10 @@ def serve(host: str, port: int) -> None:
         except BaseException:
             text = traceback.format_exc()
             print(f"rank {comm.rank}: {text}", file=sys.stderr, flush=True)
-            if comm.rank == 0:
+            if connection is not None:  # rank 0
                 connection.send_bytes(pickle.dumps(("error", text)))
             comm.Abort(1)
-        if comm.rank == 0:
+        if connection is not None:  # rank 0
             connection.send_bytes(pickle.dumps(("ok", result)))
     if connection is not None:
         connection.close()

@@ -10,6 +10,11 @@ Launch recipes (what `single_rank_job` and `deepspeed_job` run)::
     python -m deepspeed.launcher.runner --num_gpus N --master_port P [--hostfile F] --module MODULE ARGS...
 
 Without CUDA the ranks get ``DS_ACCELERATOR=cpu`` (gloo, fp32).
+
+Stopping a launch waits until every process of its session has exited, not only the launcher
+(the deepspeed launcher's own children outlived it by seconds). The process-tree helpers at the
+end (`set_child_subreaper`, `stop_leftovers`) let an engine that started Ray make sure no Ray
+process outlives it either. They read ``/proc`` (Linux); elsewhere they do nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from testbed.engines.jobs import DistributedProgram, Job
@@ -118,21 +124,126 @@ def stop_previous_launch(work_dir: Path) -> None:
     pid_path.unlink(missing_ok=True)
 
 
-def stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL, the session a launcher and its ranks share."""
-    if process.poll() is not None:
-        return
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+def stop_group(process: subprocess.Popen, grace_s: float = 2.0) -> None:
+    """SIGTERM the session a launcher and its ranks share, SIGKILL what is left of it after
+    ``grace_s``, and return once every process of the session has exited. The ranks have nothing
+    to save: a run continues from its last complete checkpoint."""
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if not _group_alive(process):
+            return
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
             return
-        try:
-            process.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        deadline = time.monotonic() + grace
+        while _group_alive(process) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    """Whether any process of the session ``process`` leads still runs (the leader is reaped)."""
+    leader_running = process.poll() is None
+    table = process_table()
+    if not table:  # no /proc: only the leader can be seen
+        return leader_running
+    return any(pgrp == process.pid and state != "Z" for state, _, pgrp in table.values())
 
 
 def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# process trees (Linux /proc) -------------------------------------------------------------------
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def process_table() -> dict[int, tuple[str, int, int]]:
+    """``pid -> (state, ppid, pgrp)`` of every process, from /proc (empty where there is none)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return {}
+    table = {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ", comm may hold anything
+        table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+    return table
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """Every process below ``pid`` (default: this process), zombies included."""
+    root = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    for child, (_, parent, _) in process_table().items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    stack = [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def set_child_subreaper(enabled: bool) -> bool:
+    """Make orphaned descendants of this process its children rather than init's (Linux), so that
+    they can still be found below it; whether that is in effect."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) == 0 and enabled
+    except (OSError, AttributeError):
+        return False
+
+
+def command_line(pid: int) -> str:
+    """The command line of ``pid`` ("" for a zombie or a process that is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def stop_leftovers(keep: Iterable[int], belongs: Callable[[str], bool], grace_s: float = 1.0) -> list[int]:
+    """Stop the processes below this one that ``keep`` does not name and whose command line
+    ``belongs`` claims: wait ``grace_s`` for them to exit, SIGKILL the rest, reap those that are
+    this process's children. Returns the pids that had to be killed."""
+    kept = set(keep)
+    targets = {pid for pid in descendants() - kept if belongs(command_line(pid))}
+    deadline = time.monotonic() + grace_s
+    while _running(targets) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed = sorted(_running(targets))
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5.0
+    while _running(targets) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Orphans adopted through the subreaper are this process's children: reap those that have
+    # exited, so that none is left a zombie.
+    for pid, (state, parent, _) in process_table().items():
+        if parent == os.getpid() and pid not in kept and state == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    return killed
+
+
+def _running(pids: set[int]) -> set[int]:
+    table = process_table()
+    return {pid for pid in pids if pid in table and table[pid][0] != "Z"}

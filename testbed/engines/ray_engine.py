@@ -12,13 +12,17 @@ import os
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.engines.base import ActorGroup, Engine, InProcessEngine
-from testbed.engines.jobs import DistributedProgram, Job
 from testbed.cluster.addresses import check_ray_address
+from testbed.engines.base import ActorGroup, Engine, InProcessEngine
 from testbed.engines.config import LocalEngineConfig, RayEngineConfig
+from testbed.engines.jobs import DistributedProgram, Job
 from testbed.errors import UserError
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
+
 
 class RayActors(ActorGroup):
     """Ray actors, one per worker, spread over the cluster's nodes."""
@@ -26,7 +30,7 @@ class RayActors(ActorGroup):
     def __init__(self, cls: type, arg_tuples: Sequence[tuple]):
         import ray
 
-        remote = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(cls)
+        remote: ActorClass[Any] = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(cls)
         self.handles = [remote.remote(*args) for args in arg_tuples]
 
     def __len__(self) -> int:
@@ -39,7 +43,7 @@ class RayActors(ActorGroup):
         import ray
 
         for handle in self.handles:
-            ray.kill(handle)
+            ray.kill(handle)  # type: ignore[arg-type]  # ray types remote() as ActorHandle | type
 
 
 class _RayEngine(Engine):
@@ -97,6 +101,11 @@ class _RayEngine(Engine):
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
+    def largest_node_cpus(self) -> float:
+        import ray
+
+        return max((float(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0)
+
     def actors(self, cls: type, arg_tuples: Sequence[tuple]) -> ActorGroup:
         return RayActors(cls, arg_tuples)
 
@@ -139,13 +148,62 @@ class LocalRayEngine(_RayEngine):
     def __init__(self, settings: LocalEngineConfig, quiet: bool):
         super().__init__(settings, 1.0, quiet)
         self.num_cpus = settings.num_cpus or os.cpu_count() or 1
+        self._adopting = False
+        self._preexisting: set[int] = set()
+
+    def start(self) -> None:
+        # Ray's servers (GCS, raylet, object manager, runtime-env agent, every worker's gRPC) listen
+        # on loopback only when the node's IP is 127.0.0.1, else on all interfaces. On Linux,
+        # ray.init replaces a loopback _node_ip_address by the machine's routable address unless
+        # multi-node clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, Ray's default on macOS
+        # and Windows, read once when Ray is imported): off, then, while this Ray starts.
+        from ray._private import ray_constants
+
+        multi_node = getattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        self._begin_adopting()
+        try:
+            super().start()
+        except BaseException:
+            self._end_adopting()
+            raise
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = multi_node
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._end_adopting()
+
+    def _begin_adopting(self) -> None:
+        """Before this engine starts Ray: have Ray's processes re-parented to this process, not to
+        init, when their parent exits. After ray.shutdown (ours, or Flower's at the end of its
+        simulation) Ray's agents and workers poll for their dead raylet for seconds; adopted, they
+        can still be found below this process and stopped."""
+        import ray
+
+        from testbed.engines.processes import descendants, set_child_subreaper
+
+        if not ray.is_initialized():
+            self._preexisting = descendants()
+            self._adopting = set_child_subreaper(True)
+
+    def _end_adopting(self) -> None:
+        """Once Ray is shut down: stop what is left of its processes (after a second's grace)."""
+        from testbed.engines.processes import set_child_subreaper, stop_leftovers
+
+        if self._adopting:
+            stop_leftovers(self._preexisting, is_ray_process)
+            set_child_subreaper(False)
+            self._adopting = False
 
     def _init_args(self) -> dict[str, Any]:
         # address "local": without it ray.init joins whatever cluster /tmp/ray/ray_current_cluster
         # names (a `testbed cluster up` or `ray start --head` on this machine) instead of starting
-        # Ray here. No dashboard unless asked for (it listens on a port and adds seconds to
+        # Ray here. The node is 127.0.0.1 (see `start`): nothing it serves is reachable from
+        # another machine. No dashboard unless asked for (it listens on a port and adds seconds to
         # start-up); when asked for, on loopback unless the scenario names another interface.
-        args: dict[str, Any] = {"address": "local", "num_cpus": self.num_cpus, "include_dashboard": False}
+        args: dict[str, Any] = {"address": "local", "_node_ip_address": "127.0.0.1", "num_cpus": self.num_cpus,
+                                "include_dashboard": False}
         if self.settings.dashboard:
             args.update(include_dashboard=True, dashboard_host=self.settings.dashboard_host)
         return args
@@ -154,6 +212,11 @@ class LocalRayEngine(_RayEngine):
         from testbed.engines.processes import single_rank_job
 
         return single_rank_job(program)
+
+
+def is_ray_process(command_line: str) -> bool:
+    """Whether a command line is one of Ray's processes (raylet, GCS, agents, ``ray::`` workers)."""
+    return command_line.startswith("ray::") or f"{os.sep}ray{os.sep}" in command_line
 
 
 class RayClusterEngine(_RayEngine):
@@ -185,7 +248,8 @@ class RayClusterEngine(_RayEngine):
         try:
             super().start()
         except ConnectionError as err:
-            raise UserError(f"engine.address: cannot join the Ray cluster at '{self.settings.address}': {err}") from None
+            raise UserError(
+                f"engine.address: cannot join the Ray cluster at '{self.settings.address}': {err}") from None
 
     def launch(self, program: DistributedProgram) -> Job:
         return RayTrainJob(program)

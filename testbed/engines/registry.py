@@ -36,7 +36,8 @@ def preflight_engine(settings: EngineSettings, kind: str, needs_one_of: Iterable
     needed = frozenset(needs_one_of)
     refusal = settings.refusal(kind, needed)
     if refusal is not None:
-        able = [name for name, model in EngineSettingsTypes.items() if model.model_construct().capabilities() & needed]
+        able = [name for name, model in EngineSettingsTypes.items()
+                if model.model_construct(type=name).capabilities() & needed]
         raise ScenarioError(f"{source}: {refusal}; engines that run it: {', '.join(able)}")
     check_extra(settings, source)
     settings.preflight(source)

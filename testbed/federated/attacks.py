@@ -8,10 +8,14 @@ scenario's ``federated.attack.name`` (the checks, the clients, the server).
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, PydanticSchemaGenerationError, TypeAdapter, create_model
+
+from testbed.config import StrictModel
 from testbed.plugins import load_entry_points
 from testbed.strategies.attacks import ATTACKS, Attack
 
@@ -31,3 +35,53 @@ def attack_parameters(fn: Callable[..., Any]) -> list[str]:
     """The keyword parameters a scenario may set for an attack function."""
     return [name for name, p in inspect.signature(fn).parameters.items()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in INTERNAL_ATTACK_PARAMS]
+
+
+class AttackParams(StrictModel):
+    """Base of the typed parameters of an attack. Strict: the server passes the scenario's values to
+    the attack function as they are, so a value must already have the type the function declares."""
+
+    model_config = ConfigDict(strict=True)
+
+
+@cache
+def attack_config(name: str) -> type[BaseModel]:
+    """The typed config of attack ``name``'s parameters, built from its function's signature: each
+    keyword parameter's annotation is its type (Any where it has none pydantic knows) and its
+    default is its default."""
+    fn = registered_attacks()[name].fn
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # a plugin's annotation that does not resolve: its parameters stay untyped
+        hints = {}
+    parameters = inspect.signature(fn).parameters
+    fields: dict[str, Any] = {}
+    for key in attack_parameters(fn):
+        annotation = hints.get(key, Any)
+        try:
+            TypeAdapter(annotation)
+        except PydanticSchemaGenerationError:
+            annotation = Any
+        default = parameters[key].default
+        fields[key] = (annotation, ... if default is inspect.Parameter.empty else default)
+    return create_model(f"{name}_attack_params", __base__=AttackParams, **fields)
+
+
+def check_attack_values(name: str, params: dict[str, Any]) -> None:
+    """Play attack ``name`` once on a tiny input, so that its own checks (a scale that must be
+    positive, a direction it does not know) refuse a bad value now rather than in the first round;
+    raises their ValueError."""
+    import torch
+
+    entry = registered_attacks()[name]
+    parameters = inspect.signature(entry.fn).parameters
+    generator = torch.Generator().manual_seed(0)
+    if entry.kind == "data":
+        entry.fn(torch.tensor([0, 1, 0, 1]), 2, generator, **params)
+        return
+    internal: dict[str, Any] = {}
+    if "init" in parameters:
+        internal["init"] = torch.zeros(3)
+    if "num_clients" in parameters:
+        internal["num_clients"] = 4
+    entry.fn(torch.zeros(1, 3), torch.arange(9.0).reshape(3, 3), generator, **internal, **params)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from testbed.errors import ScenarioError, did_you_mean
+from testbed.errors import ScenarioError, did_you_mean, shorten
 from testbed.loading import describe_error
 from testbed.scenario import Scenario
 
@@ -20,6 +20,7 @@ def check_federated(scenario: Scenario, source: str) -> None:
         valid = sorted(n for n in registry.workload_names() if registry.is_federated(n))
         raise ScenarioError(f"{source}: workload.name: federated clients need one of: {', '.join(valid)}")
     fed = scenario.federated
+    assert fed is not None  # the runner's check fills in the block's defaults first
     entry = _named(registered_strategies(), fed.strategy.name, "federated.strategy", source)
     try:
         strategy_config = entry.Config.model_validate(fed.strategy.params)
@@ -35,6 +36,8 @@ def check_federated(scenario: Scenario, source: str) -> None:
                             f"{entry.min_clients(f)} clients for {f} Byzantine ones; the scenario has {n}")
     if n < 2:
         raise ScenarioError(f"{source}: data.num_clients: a federation needs at least 2 clients")
+    if fed.attack is not None:
+        _check_benign_majority(scenario, fed.attack, registered_attacks(), len(malicious_clients(scenario)), source)
     try:
         federation_setup(scenario)  # builds the partitions: an impossible one names data.partition.*
     except ScenarioError as err:
@@ -44,17 +47,38 @@ def check_federated(scenario: Scenario, source: str) -> None:
 def _named(registry: dict, name: str, path: str, source: str):
     if name not in registry:
         hint = did_you_mean(name, registry)
-        raise ScenarioError(f"{source}: {path}.name: unknown '{name}'{hint}; valid: {', '.join(sorted(registry))}")
+        raise ScenarioError(f"{source}: {path}.name: unknown {shorten(name)}{hint}; "
+                            f"valid: {', '.join(sorted(registry))}")
     return registry[name]
 
 
 def _check_attack(attack, registry: dict, source: str) -> None:
-    from testbed.federated.attacks import attack_parameters
+    """The attack's parameters: their types (from the attack function's signature), then their
+    values (the function's own checks, played once on a tiny input)."""
+    from testbed.federated.attacks import attack_config, check_attack_values
 
-    entry = _named(registry, attack.name, "federated.attack", source)
-    allowed = attack_parameters(entry.fn)
-    for key in attack.params:
-        if key not in allowed:
-            hint = did_you_mean(key, allowed)
-            raise ScenarioError(f"{source}: federated.attack.{key}: unknown key{hint}; valid keys: "
-                                f"{', '.join(['name', 'fraction', *allowed])}")
+    _named(registry, attack.name, "federated.attack", source)
+    config = attack_config(attack.name)
+    try:
+        config.model_validate(attack.params)
+    except ValidationError as err:
+        raise ScenarioError(describe_error(err, config, attack.params, source, prefix=("federated", "attack"),
+                                           extra_keys=("name", "fraction"))) from None
+    try:
+        check_attack_values(attack.name, attack.params)
+    except ValueError as err:
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        field = message.split(":", 1)[0]
+        named = field.split("/")[0] in config.model_fields
+        raise ScenarioError(f"{source}: federated.attack{'.' if named else ': '}{message}") from None
+
+
+def _check_benign_majority(scenario: Scenario, attack, registry: dict, malicious: int, source: str) -> None:
+    """An attack needs benign clients to hide among: one, or two for the omniscient attacks, which
+    read the benign updates' spread."""
+    n = scenario.data.num_clients
+    needed = 2 if registry[attack.name].omniscient else 1
+    if n - malicious < needed:
+        raise ScenarioError(f"{source}: federated.attack.fraction: {attack.fraction} of {n} clients makes {malicious} "
+                            f"Byzantine, leaving {n - malicious} benign; attack '{attack.name}' needs at least "
+                            f"{needed} benign clients")

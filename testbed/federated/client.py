@@ -16,13 +16,13 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from testbed.federated.attacks import registered_attacks
-from testbed.strategies import poison_labels
 from testbed.data import Dataset
 from testbed.determinism import single_threaded
+from testbed.federated.attacks import registered_attacks
 from testbed.federated.setup import FederationSetup, federation_setup
-from testbed.scenario import Scenario
 from testbed.federated.training import train_model
+from testbed.scenario import Scenario
+from testbed.strategies import poison_labels
 
 PARTITION_KEY = "partition-id"  # the reply metric the server orders replies by
 
@@ -32,6 +32,7 @@ def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
     """A client's data, with its labels flipped once and for all if it is a data-poisoning attacker."""
     setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
     data = setup.client_data(partition_id)
+    assert setup.scenario.federated is not None  # a federated scenario
     attack = setup.scenario.federated.attack
     if attack is None or partition_id not in setup.malicious or registered_attacks()[attack.name].kind != "data":
         return data
@@ -44,13 +45,15 @@ def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
     """Handle one training message: local epochs from the received global model."""
     partition_id = int(context.node_config[PARTITION_KEY])
     setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
-    server_round = int(msg.content["config"]["server-round"])
+    server_round = int(msg.content["config"]["server-round"])  # type: ignore[arg-type]  # flwr: values of any record
     inject_fault(setup, partition_id, server_round)
     data = poisoned_client_data(scenario_json, partition_id)
     generator = setup.seeds.child(f"client.{partition_id}").torch(f"round.{server_round}")
+    assert setup.scenario.federated is not None  # a federated scenario
+    federated = setup.scenario.federated
     with single_threaded():
-        model, loss = train_model(setup, msg.content["arrays"].to_torch_state_dict(), data,
-                             setup.scenario.federated.local_epochs, generator, setup.scenario.federated.proximal_mu)
+        global_state = msg.content["arrays"].to_torch_state_dict()  # type: ignore[union-attr]  # flwr: any record
+        model, loss = train_model(setup, global_state, data, federated.local_epochs, generator, federated.proximal_mu)
     metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
     return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
 
@@ -61,6 +64,7 @@ class InjectedClientFault(RuntimeError):
 
 def inject_fault(setup: FederationSetup, partition_id: int, server_round: int) -> None:
     """Make this client fail as ``federated.faults`` asks, from its ``from_round`` on."""
+    assert setup.scenario.federated is not None  # a federated scenario
     faults = setup.scenario.federated.faults
     if faults is None or partition_id not in setup.faulty or server_round < faults.from_round:
         return

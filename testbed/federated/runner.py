@@ -4,17 +4,27 @@ The kind needs the engine's ``ray`` capability: a Ray cluster connected in this 
 in-process by ``local``, joined by ``ray``), on which Flower's Ray backend places the clients as
 actors. Either way the same seed gives the same accuracy curve: see `testbed.federated.setup` and
 `testbed.federated.server`.
+
+Ctrl-C while Flower runs is deferred (`testbed.interrupts`): a KeyboardInterrupt raised in Flower's
+main thread would make it shut Ray down under its own worker threads, which then wait forever on
+their clients' results, and leave the round loop polling for replies that never come. Instead the
+signal stops the round loop at once, Flower returns as it does at the end of a run (its workers
+finish the client jobs in flight, it stops its actors and Ray), and the runner raises
+KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
+from testbed.errors import UserError
 from testbed.federated.config import FederatedConfig
-from testbed.runner import Runner, RunContext
+from testbed.interrupts import deferred_interrupts
+from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 
 
@@ -54,13 +64,22 @@ class FederatedRunner(Runner):
         if checkpoint is None:
             ctx.run.write_artifacts({"label_histograms": setup.label_histograms(),
                                      "malicious": sorted(setup.malicious) or [-1]})
-        start, state = (checkpoint["step"], checkpoint["global_state"]) if checkpoint else (0, setup.build_model().state_dict())
+        start, state = ((checkpoint["step"], checkpoint["global_state"]) if checkpoint
+                        else (0, setup.build_model().state_dict()))
+        assert scenario.federated is not None  # filled in above
         resources = scenario.federated.client_resources
+        largest = ctx.engine.largest_node_cpus()
+        if resources.num_cpus > largest:  # Flower would wait for an actor no node can host
+            raise UserError(f"{ctx.source}: federated.client_resources.num_cpus: {resources.num_cpus:g} CPUs per "
+                            f"client, but no node of the engine has more than {largest:g}")
         with quiet_flower():
             loop = RoundLoop(ctx, setup, build_strategy(setup), start, state)
-            run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
-                           backend_config={"client_resources": {"num_cpus": resources.num_cpus,
-                                                                "num_gpus": resources.num_gpus}})
+            with deferred_interrupts(loop.stop.set):
+                run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
+                               backend_config={"client_resources": {"num_cpus": resources.num_cpus,
+                                                                    "num_gpus": resources.num_gpus}})
+        if loop.stop.is_set():
+            raise KeyboardInterrupt
         if loop.error is not None:
             raise loop.error
         rounds = [r for r in ctx.run.read_metrics() if "round" in r]
@@ -77,10 +96,12 @@ class FederatedRunner(Runner):
 
 @contextmanager
 def quiet_flower() -> Iterator[None]:
-    """Flower logs every round at INFO and warns that run_simulation is deprecated; keep the console calm."""
+    """Flower logs every round at INFO, a failed client's traceback at ERROR, and warns that
+    run_simulation is deprecated; keep the console calm. A failed client reaches the round loop as
+    an error reply, which the run reports in its own one line (`RoundLoop`)."""
     logger = logging.getLogger("flwr")
     level = logger.level
-    logger.setLevel(logging.ERROR)
+    logger.setLevel(logging.CRITICAL)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -6,11 +6,18 @@ replies by partition id before aggregation (so sums are taken in the same order 
 plays the model-poisoning adversary: an *omniscient* attacker who sees every benign reply of the
 round before writing the Byzantine clients' uploads (LIE, Min-Max and Min-Sum need that; simpler
 attacks ignore it).
+
+The loop runs in Flower's ServerApp thread. `RoundLoop.stop` ends it at once (the runner sets it on
+Ctrl-C, see `testbed.federated.runner`): the round in flight is abandoned unrecorded, nothing more
+is written, and Flower's simulation engine returns normally, stopping its actors and Ray; the
+resumed run computes that round again from the last checkpoint.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -18,22 +25,29 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Krum, Strategy
 
-from testbed.federated.attacks import registered_attacks
-from testbed.strategies import poison_updates
-from testbed.strategies.base import RobustFedAvg
-from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.determinism import single_threaded
+from testbed.errors import ResumableFailure
+from testbed.federated.attacks import registered_attacks
 from testbed.federated.client import PARTITION_KEY
 from testbed.federated.setup import FederationSetup
 from testbed.runner import RunContext
+from testbed.strategies import poison_updates
+from testbed.strategies.base import RobustFedAvg
+from testbed.strategies.vectors import flatten_state, unflatten_state
+from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
 
 # Attacks whose output is a whole model rather than an update.
 FULL_MODEL_ATTACKS = frozenset({"random_noise", "add_noise"})
+PULL_INTERVAL_S = 0.1  # how often a round polls for replies (Flower's InMemoryGrid default)
+
+
+class RoundInterrupted(Exception):
+    """The run was interrupted while a round waited for its replies."""
 
 
 def partition_id(reply: Message) -> int:
-    return int(reply.content["metrics"][PARTITION_KEY])
+    return int(reply.content["metrics"][PARTITION_KEY])  # type: ignore[arg-type]  # flwr: values of any record
 
 
 class RoundLoop:
@@ -44,7 +58,11 @@ class RoundLoop:
         self.ctx, self.setup, self.strategy = ctx, setup, strategy
         self.start_round, self.state = start_round, global_state
         self.error: BaseException | None = None
-        self.workload = workload_class(setup.scenario.workload.name)
+        self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
+        assert setup.scenario.workload is not None  # check_federated requires a federated workload
+        workload = workload_class(setup.scenario.workload.name)
+        assert issubclass(workload, FederatedWorkload)
+        self.workload = workload
 
     def server_app(self) -> ServerApp:
         app = ServerApp()
@@ -53,6 +71,8 @@ class RoundLoop:
         def main(grid: Grid, context: Any) -> None:
             try:
                 self.run(grid)
+            except RoundInterrupted:
+                pass  # the runner raises KeyboardInterrupt once Flower has returned
             except BaseException as err:  # Flower would only log it; the runner re-raises it
                 self.error = err
 
@@ -60,20 +80,25 @@ class RoundLoop:
 
     def run(self, grid: Grid) -> None:
         config = self.setup.scenario.federated
+        assert config is not None  # a federated scenario
         with self.ctx.progress.task("rounds", total=config.rounds, completed=self.start_round) as advance:
             for server_round in range(self.start_round + 1, config.rounds + 1):
                 record = self.one_round(grid, server_round)
+                if self.stop.is_set():  # interrupted after the replies came: the round is not recorded
+                    return
                 self.ctx.log_metrics(record)
                 if server_round % config.checkpoint_every == 0 or server_round == config.rounds:
                     self.ctx.run.save_checkpoint(server_round, {"global_state": self.state})
                 advance(1)
 
     def one_round(self, grid: Grid, server_round: int) -> dict[str, Any]:
+        assert self.setup.scenario.federated is not None  # a federated scenario
         started = time.perf_counter()
         arrays = ArrayRecord(self.state)
         messages = self.strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
-        replies = list(grid.send_and_receive(messages, timeout=self.setup.scenario.federated.round_timeout_s))
+        replies = self._send_and_receive(grid, messages, self.setup.scenario.federated.round_timeout_s)
         valid = sorted((r for r in replies if not r.has_error()), key=partition_id)
+        self._require_every_client(server_round, replies, len(valid))
         train_s = time.perf_counter() - started
         with single_threaded():
             self._inject_attack(server_round, valid)
@@ -86,7 +111,9 @@ class RoundLoop:
             model.load_state_dict(self.state)
             metrics = self.workload.evaluate_model(model, self.setup.test)
         ids = [partition_id(r) for r in valid]
-        benign_losses = [float(r.content["metrics"]["train_loss"]) for r in valid if partition_id(r) not in self.setup.malicious]
+        # flwr types a record's values as those of any record
+        benign_losses = [float(r.content["metrics"]["train_loss"]) for r in valid  # type: ignore[arg-type]
+                         if partition_id(r) not in self.setup.malicious]
         return {
             "round": server_round, **metrics,
             "train_loss": sum(benign_losses) / len(benign_losses) if benign_losses else float("nan"),
@@ -96,13 +123,53 @@ class RoundLoop:
             **self._weights_record(ids, valid, new_arrays),
         }
 
+    def _require_every_client(self, server_round: int, replies: list[Message], answered: int) -> None:
+        """Stop, keeping the last checkpoint, when clients failed that the scenario did not make fail.
+
+        A client lost to the infrastructure (a node that died, an actor Flower keeps re-using)
+        would otherwise be aggregated away silently, round after round, and the run would end with
+        numbers no other engine gives. Injected faults (``federated.faults``) are the experiment
+        itself: those rounds go on with the clients that answered.
+        """
+        lost = self.setup.num_clients - answered
+        federated = self.setup.scenario.federated
+        assert federated is not None  # a federated scenario
+        if lost and federated.faults is None:
+            reasons = [(r.error.reason or "").strip() for r in replies if r.has_error()]
+            why = f" ({reasons[0].splitlines()[-1][:160]})" if reasons and reasons[0] else ""
+            raise ResumableFailure(
+                f"{self.ctx.run.path}: round {server_round}: {lost} of {self.setup.num_clients} clients failed{why}; "
+                f"the run stopped at its last checkpoint: 'testbed resume {self.ctx.run.path}' redoes the round "
+                "on the nodes that are alive")
+
+    def _send_and_receive(self, grid: Grid, messages: Iterable[Message], timeout: float) -> list[Message]:
+        """`Grid.send_and_receive` (push, then pull replies until all came or ``timeout``), leaving
+        with `RoundInterrupted` as soon as `stop` is set."""
+        if self.stop.is_set():
+            raise RoundInterrupted
+        pending = set(grid.push_messages(messages))
+        replies: list[Message] = []
+        deadline = time.time() + timeout
+        while pending and time.time() < deadline:
+            pulled = list(grid.pull_messages(pending))
+            replies += pulled
+            pending -= {reply.metadata.reply_to_message_id for reply in pulled}
+            if pending:
+                self.stop.wait(PULL_INTERVAL_S)
+            if self.stop.is_set():
+                raise RoundInterrupted
+        return replies
+
     def _inject_attack(self, server_round: int, replies: list[Message]) -> None:
+        assert self.setup.scenario.federated is not None  # a federated scenario
         attack = self.setup.scenario.federated.attack
         if attack is None or registered_attacks()[attack.name].kind != "model" or not self.setup.malicious:
             return
         template = self.state
         global_vector = flatten_state(template)
-        states = torch.stack([flatten_state(r.content["arrays"].to_torch_state_dict()) for r in replies])
+        # flwr types a RecordDict's items as any record
+        states = torch.stack([flatten_state(r.content["arrays"].to_torch_state_dict())  # type: ignore[union-attr]
+                              for r in replies])
         mask = torch.tensor([partition_id(r) in self.setup.malicious for r in replies])
         generator = self.setup.seeds.torch(f"attack.round.{server_round}")
         params = dict(attack.params)
@@ -126,7 +193,8 @@ class RoundLoop:
         record: dict[str, Any] = {"malicious_weight": float(sum(w for w, m in zip(weights, malicious) if m))}
         if flagged is not None:
             hits = sum(f and m for f, m in zip(flagged, malicious))
-            record["detection_precision"] = hits / sum(flagged) if any(flagged) else (1.0 if not any(malicious) else 0.0)
+            record["detection_precision"] = (hits / sum(flagged) if any(flagged)
+                                             else (1.0 if not any(malicious) else 0.0))
             record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
         return record
 
@@ -141,12 +209,15 @@ def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
         return [by_id[i][0] for i in ids], flagged
     if isinstance(strategy, Krum) and new_arrays is not None:  # Krum returns one client's model
         chosen = flatten_state(new_arrays.to_torch_state_dict())
-        matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen) for r in replies]
+        # flwr types a RecordDict's items as any record
+        matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen)  # type: ignore[union-attr]
+                   for r in replies]
         # Colluding attackers (LIE, Min-Max) upload identical models: the one pick is shared among
         # every client that uploaded it, so the weights still sum to 1.
         weights = [float(m) / max(sum(matches), 1) for m in matches]
         return weights, [not m for m in matches]
     if type(strategy) is FedAvg:
-        examples = [float(r.content["metrics"]["num-examples"]) for r in replies]
+        # flwr types a record's values as those of any record
+        examples = [float(r.content["metrics"]["num-examples"]) for r in replies]  # type: ignore[arg-type]
         return [e / sum(examples) for e in examples], None
     return None, None

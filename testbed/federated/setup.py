@@ -16,8 +16,10 @@ import numpy as np
 import torch
 
 from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
+from testbed.data.partition import PartitionError
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree
+from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
 
 
@@ -49,7 +51,9 @@ class FederationSetup:
 
     def build_model(self) -> torch.nn.Module:
         """The workload's model, initialised from the root seed (the round-0 global model)."""
+        assert self.scenario.workload is not None  # check_federated requires a federated workload
         workload_cls = workload_class(self.scenario.workload.name)
+        assert issubclass(workload_cls, FederatedWorkload)
         config = workload_cls.Config.model_validate(self.scenario.workload.params)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seeds.integer("federated.model.init"))
@@ -64,14 +68,23 @@ def federation_setup(scenario: Scenario) -> FederationSetup:
     return _cached_setup(json.dumps(scenario.model_dump(mode="json"), sort_keys=True))
 
 
+# The most memory the replicated training split (`data.replicate`) may take.
+MAX_REPLICATED_BYTES = 4 << 30
+
+
 @lru_cache(maxsize=4)
 def _cached_setup(scenario_json: str) -> FederationSetup:
     scenario = Scenario.model_validate(json.loads(scenario_json))
+    assert scenario.federated is not None  # a federated scenario: the runner fills in the block's defaults
     seeds = SeedTree(scenario.seed)
     train, test = train_test_split(load_selected(scenario.data), scenario.data.test_fraction,
                                    seeds.integer("data.split"))
     if scenario.data.replicate > 1:
         repeat = scenario.data.replicate
+        if train.x.nbytes * repeat > MAX_REPLICATED_BYTES:
+            raise PartitionError(f"data.replicate: {repeat} copies of the {len(train.y)} training samples would take "
+                                 f"{train.x.nbytes * repeat / 2**30:.1f} GiB; at most "
+                                 f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
         train = Dataset(train.name, np.tile(train.x, (repeat,) + (1,) * (train.x.ndim - 1)), np.tile(train.y, repeat),
                         train.num_classes, train.image_shape)
     root = None
@@ -88,6 +101,7 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
 
 def malicious_clients(scenario: Scenario) -> frozenset[int]:
     """The Byzantine clients: ``round(fraction * N)`` partition ids drawn from the root seed."""
+    assert scenario.federated is not None  # a federated scenario
     attack = scenario.federated.attack
     count = round(attack.fraction * scenario.data.num_clients) if attack else 0
     rng = SeedTree(scenario.seed).numpy("federated.malicious")
@@ -96,6 +110,7 @@ def malicious_clients(scenario: Scenario) -> frozenset[int]:
 
 def faulty_clients(scenario: Scenario) -> frozenset[int]:
     """Clients that fail on purpose (``federated.faults``), drawn from the root seed."""
+    assert scenario.federated is not None  # a federated scenario
     faults = scenario.federated.faults
     count = max(1, round(faults.fraction * scenario.data.num_clients)) if faults else 0
     rng = SeedTree(scenario.seed).numpy("federated.faulty")
@@ -106,5 +121,5 @@ def _carve(data: Dataset, size: int, rng: np.random.Generator) -> tuple[Dataset,
     """Split ``size`` samples off ``data`` (the server's root set); returns (rest, carved)."""
     chosen = np.zeros(len(data.y), dtype=bool)
     chosen[rng.choice(len(data.y), size=min(size, len(data.y) // 2), replace=False)] = True
-    pick = lambda mask: Dataset(data.name, data.x[mask], data.y[mask], data.num_classes, data.image_shape)  # noqa: E731
+    pick = lambda mask: Dataset(data.name, data.x[mask], data.y[mask], data.num_classes, data.image_shape)
     return pick(~chosen), pick(chosen)

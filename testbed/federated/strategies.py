@@ -8,16 +8,17 @@ never starts with only the clients that happened to register first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Literal
+from typing import Any
 
 import torch
 from flwr.serverapp import strategy as flower
-from pydantic import Field
 
 import testbed.strategies as robust
 from testbed.config import StrictModel
+from testbed.data.public import augment_views, public_images
 from testbed.federated.config import (
     ByzantineCount,
     DnCConfig,
@@ -28,7 +29,6 @@ from testbed.federated.config import (
     SDEAConfig,
     TrimmedAvgConfig,
 )
-from testbed.data.public import augment_views, public_images
 from testbed.federated.setup import FederationSetup
 from testbed.plugins import load_entry_points
 
@@ -40,7 +40,7 @@ class StrategyEntry:
     Config: type[StrictModel]
     build: Callable[[Any, FederationSetup, int], flower.Strategy]
     summary: str
-    min_clients: Callable[[int], int] = lambda f: 1  # noqa: E731  (clients needed for f Byzantine)
+    min_clients: Callable[[int], int] = lambda f: 1  # clients needed for f Byzantine
 
 
 def _common(setup: FederationSetup) -> dict[str, Any]:
@@ -53,6 +53,7 @@ def _build_fltrust(config: FLTrustConfig, setup: FederationSetup, f: int) -> flo
         from testbed.federated.training import train_on  # the server trains its root set like a client
 
         generator = setup.seeds.torch(f"fltrust.round.{server_round}")
+        assert setup.root is not None  # carved for fltrust by the setup
         return train_on(setup, global_state, setup.root, config.root_epochs, generator)
 
     return robust.FLTrust(server_update_fn=server_update, **_common(setup))
@@ -90,7 +91,8 @@ STRATEGIES: dict[str, StrategyEntry] = {
         "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)"),
     "rfa": StrategyEntry(RFAConfig, lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol, **_common(s)),
                          "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)"),
-    "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust, "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
+    "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust,
+                             "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
     "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
 }
 
@@ -112,6 +114,7 @@ def declared_malicious(config: StrictModel, setup_malicious: int) -> int:
 
 def build_strategy(setup: FederationSetup) -> flower.Strategy:
     """The scenario's strategy, ready for the round loop."""
+    assert setup.scenario.federated is not None  # a federated scenario
     block = setup.scenario.federated.strategy
     entry = registered_strategies()[block.name]
     config = entry.Config.model_validate(block.params)

@@ -30,7 +30,7 @@ class Batch:
     document_ids: torch.Tensor
     labels: torch.Tensor
 
-    def to(self, device: torch.device) -> "Batch":
+    def to(self, device: torch.device) -> Batch:
         return Batch(self.tokens.to(device), self.document_ids.to(device), self.labels.to(device))
 
     @property

@@ -51,7 +51,7 @@ class FactRecallCorpusConfig(StrictModel):
     eval_documents: int = Field(300, gt=0, description="held-out documents whose recalls are scored at the end")
 
     @model_validator(mode="after")
-    def _filler_range(self) -> "FactRecallCorpusConfig":
+    def _filler_range(self) -> FactRecallCorpusConfig:
         if self.max_filler < self.min_filler:
             raise ValueError("max_filler must be >= min_filler")
         return self
@@ -61,7 +61,8 @@ class CorpusConfig(StrictModel):
     """Where the documents come from, and how many are held out for perplexity."""
 
     source: Literal["stdlib_code", "stdlib_docs", "folder", "factrecall"] = "stdlib_code"
-    path: str | None = Field(None, description="folder of .txt files (one document each) and .jsonl files (one per line)")
+    path: str | None = Field(None,
+                             description="folder of .txt files (one document each) and .jsonl files (one per line)")
     text_field: str = Field("text", min_length=1, description="the field of a .jsonl line that holds the text")
     max_documents: int | None = Field(2000, gt=0, description="read at most this many documents (null: all)")
     heldout_fraction: float = Field(0.05, gt=0, lt=1, description="share of documents kept out of training")
@@ -107,7 +108,7 @@ class ModelConfig(StrictModel):
     patch_size: int = Field(2, gt=0, description="vit: side of the square image patches")
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> "ModelConfig":
+    def _heads_divide_width(self) -> ModelConfig:
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             raise ValueError("d_model must be a multiple of heads, with an even head width (rotary embeddings)")
         return self

@@ -20,11 +20,12 @@ import ast
 import json
 import sysconfig
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 
-from testbed.errors import ScenarioError
+from testbed.errors import ScenarioError, shorten
 from testbed.pretrain.config import CorpusConfig
 from testbed.pretrain.factrecall import FactRecallDocument, generate_documents
 from testbed.seeding import SeedTree
@@ -40,10 +41,17 @@ def stdlib_root() -> Path:
 
 def stdlib_modules(seeds: SeedTree, include_tests: bool) -> list[Path]:
     """The standard library's ``.py`` files (no site-packages) in an order drawn from the seed."""
-    files = [path for path in sorted(stdlib_root().rglob("*.py"))
-             if "site-packages" not in path.parts and (include_tests or not TEST_FOLDERS & set(path.parts))]
+    files = _stdlib_files(include_tests)
     order = seeds.numpy("corpus.order").permutation(len(files))
     return [files[i] for i in order]
+
+
+@cache
+def _stdlib_files(include_tests: bool) -> list[Path]:
+    """The standard library's ``.py`` files in sorted order (listed once per process: validation and
+    each sweep variant's check read the corpus's first documents too)."""
+    return [path for path in sorted(stdlib_root().rglob("*.py"))
+            if "site-packages" not in path.parts and (include_tests or not TEST_FOLDERS & set(path.parts))]
 
 
 def stdlib_code_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
@@ -78,6 +86,7 @@ def _docstrings(path: Path) -> Iterator[str]:
 
 def folder_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
     """Documents of a local folder: each ``.txt`` file, and each line of each ``.jsonl`` file."""
+    assert config.path is not None  # the corpus check requires a path for source 'folder'
     for path in corpus_files(Path(config.path)):
         if path.suffix == ".txt":
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -123,10 +132,42 @@ def check_corpus(config: CorpusConfig, source: str) -> None:
     if config.path is None:
         raise ScenarioError(f"{source}: pretrain.corpus.path: source 'folder' reads a local folder; set its path")
     folder = Path(config.path)
-    if not folder.is_dir():
-        raise ScenarioError(f"{source}: pretrain.corpus.path: '{config.path}' is not a folder")
+    try:
+        is_folder = folder.is_dir()
+    except OSError:  # a name the system refuses (too long)
+        is_folder = False
+    if not is_folder:
+        raise ScenarioError(f"{source}: pretrain.corpus.path: {shorten(config.path)} is not a folder")
     if not corpus_files(folder):
         raise ScenarioError(f"{source}: pretrain.corpus.path: '{config.path}' holds no .txt or .jsonl files")
+
+
+# Documents of a folder corpus that validation reads (its malformed JSONL lines are found then).
+SCAN_DOCUMENTS = 10_000
+
+
+def check_training_documents(config: CorpusConfig, source: str, seed: int) -> None:
+    """Refuse a corpus whose split leaves no training document (a folder of empty files, or every
+    document held out), or a folder with a malformed JSONL line among its first `SCAN_DOCUMENTS`
+    documents; a built-in source is read only up to its first training document."""
+    held_out, trains = 0, False
+    try:
+        for count, (heldout, _) in enumerate(iter_split(config, seed)):
+            trains = trains or not heldout
+            held_out += heldout
+            if trains and (config.source != "folder" or count >= SCAN_DOCUMENTS):
+                return
+        if trains:
+            return
+    except ScenarioError as err:  # a malformed JSONL line: name the scenario too
+        raise ScenarioError(f"{source}: {err}") from None
+    if held_out == 0 and config.source == "folder":
+        raise ScenarioError(f"{source}: pretrain.corpus.path: '{config.path}' holds no documents "
+                            "(its .txt and .jsonl files are empty)")
+    if held_out == 0:
+        raise ScenarioError(f"{source}: pretrain.corpus.source: '{config.source}' gives no documents")
+    raise ScenarioError(f"{source}: pretrain.corpus.heldout_fraction: all {held_out} documents are held out, "
+                        "none is left to train on; lower heldout_fraction or raise max_documents")
 
 
 def iter_documents(config: CorpusConfig, seed: int) -> Iterator[str]:

@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -53,6 +53,9 @@ from testbed.pretrain.outlier_eval import histogram_arrays, outlier_metrics, qua
 from testbed.pretrain.tokenizer import load_tokenizer
 from testbed.run import RunFolder
 from testbed.seeding import SeedTree
+
+if TYPE_CHECKING:
+    from testbed.pretrain.vit import DigitsData
 
 DRIVER_PID = "TESTBED_DRIVER_PID"
 DRIVER_HOST = "TESTBED_DRIVER_HOST"
@@ -107,7 +110,8 @@ def load_checkpoint_file(path: str, map_location=None) -> Any:
     """One file of a DeepSpeed checkpoint, with torch's weights-only unpickler (DeepSpeed's own
     classes of `deepspeed_safe_globals` allowed); an `UnsafeCheckpointError` naming it otherwise."""
     try:
-        with torch.serialization.safe_globals(deepspeed_safe_globals()):
+        # torch types the parameter as a list (invariant) of callables: a list of classes is one
+        with torch.serialization.safe_globals(deepspeed_safe_globals()):  # type: ignore[arg-type]
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         raise UnsafeCheckpointError(
@@ -213,6 +217,8 @@ class MetricWindow:
     """
 
     FIELDS = ("loss_sum", "labels", "tokens", "document_tokens", "seconds")
+    # The keys of `record` that measure time: a resumed run's differ, so they are timings, not metrics.
+    TIMINGS = ("tokens_per_s_per_process", "document_tokens_per_s_per_process")
 
     def __init__(self, state: dict[str, float] | None = None):
         self.state = dict(state) if state else dict.fromkeys(self.FIELDS, 0.0)
@@ -277,7 +283,8 @@ def build_engine(config: PretrainConfig, data, seed: int, process: Process):
     return engine
 
 
-def train_step(engine, data: TrainingData, config: PretrainConfig, step: int, process: Process) -> tuple[float, ...]:
+def train_step(engine, data: TrainingData | DigitsData, config: PretrainConfig, step: int,
+               process: Process) -> tuple[float, ...]:
     """One optimizer step on this rank's rows of the global batch: (loss sum, labels, tokens, document tokens)."""
     local = config.batch_size // process.world
     indices = data.global_batch(step, config.batch_size)
@@ -333,16 +340,17 @@ def _train(run_dir: Path, resume_tag: str | None) -> None:
     dist.barrier()
 
 
-def evaluate(engine, data: TrainingData, window: MetricWindow, step: int, config: PretrainConfig,
+def evaluate(engine, data: TrainingData | DigitsData, window: MetricWindow, step: int, config: PretrainConfig,
              process: Process, events: EventWriter) -> dict[str, float]:
     """The metrics record of ``step``: training window, held-out quality, fact recall at the end,
     and with ``pretrain.outliers`` the outlier metrics (W8A8 quality and histograms at the end)."""
     record = {"step": step, **window.record(process.device), "lr": engine.get_lr()[0]}
     engine.eval()
-    forward = lambda tokens, doc_ids: engine(tokens, doc_ids)  # noqa: E731
+    forward = lambda tokens, doc_ids: engine(tokens, doc_ids)
     where = (process.rank, process.world, process.device)
     record.update(quality_metrics(forward, data, *where))
     if step == config.steps and data.factrecall_questions() is not None:
+        assert isinstance(data, TrainingData)  # only a prepared corpus has fact-recall questions
         tokenizer = load_tokenizer(data.folder / "tokenizer.json")
         record.update(fact_recall(forward, data, tokenizer, *where))
     if config.outliers is not None:

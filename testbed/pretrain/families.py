@@ -57,7 +57,8 @@ def quality_metrics(forward: Forward, data, rank: int, world: int, device: torch
 @torch.no_grad()
 def image_accuracy(forward: Forward, data: DigitsData, rank: int, world: int, device: torch.device) -> dict[str, float]:
     """Test accuracy and mean cross-entropy over the held-out images, summed over processes."""
-    correct, loss, count = 0.0, 0.0, 0
+    correct, loss = 0.0, 0.0
+    count: float = 0  # an int until the all-reduce returns floats
     for batch in data.eval_batches(rank, world, EVAL_BATCH):
         used = (batch or data.placeholder()).to(device)
         logits = forward(used.tokens, used.document_ids)

@@ -110,6 +110,7 @@ class SelfAttention(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         if self.fused and self.kind == "softmax_1":
             return no_op_key_attention(q, k, v, mask, causal=self.causal)
+        mask_or_causal: torch.Tensor | None
         if mask is None and self.causal:
             mask_or_causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         else:

@@ -44,6 +44,7 @@ def quantized_metrics(model: nn.Module, config: PretrainConfig, data, full_preci
     not be copied). Every process calibrates on the same first training batches (the whole
     global batch of steps 0, 1, ...), so all processes use the same ranges.
     """
+    assert config.outliers is not None  # called only with outlier metrics on
     fresh = build_model(config, data).to(device)
     fresh.load_state_dict(model.state_dict())
     quantized = QuantizedModel(fresh, config.outliers.weight_bits, config.outliers.activation_bits)

@@ -31,7 +31,7 @@ class OutlierSummarySection(ReportSection):
 
     title = "Outliers and W8A8 quantization"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         records = [r for r in data.metrics if "avg_kurtosis" in r]
         if not records:
             return NOT_MEASURED
@@ -64,7 +64,7 @@ class ActivationHistogramSection(ArraySection):
     requires = ("outlier_histograms",)
     missing = NOT_MEASURED
 
-    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         names = [str(n) for n in arrays["outlier_modules"]]
         edges, counts, peaks = arrays["outlier_histogram_edges"], arrays["outlier_histograms"], arrays["outlier_peaks"]
         layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")}) + ["final_norm"]

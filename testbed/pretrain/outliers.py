@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from typing import cast
 
 import numpy as np
 import torch
@@ -46,10 +47,10 @@ def kurtosis(x: torch.Tensor) -> torch.Tensor:
 def hooked_modules(model: nn.Module) -> dict[str, nn.Module]:
     """The measured modules of a model made of ``blocks`` and a ``final_norm``, by metric name."""
     modules = {}
-    for j, block in enumerate(model.blocks):
+    for j, block in enumerate(cast(nn.ModuleList, model.blocks)):  # the transformer's and the ViT's blocks
         for name, path in HOOK_POINTS.items():
             modules[f"layer{j}.{name}"] = block.get_submodule(path) if path else block
-    modules["final_norm"] = model.final_norm
+    modules["final_norm"] = cast(nn.Module, model.final_norm)
     return modules
 
 

@@ -19,12 +19,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
 from testbed.pretrain.bin_packing import Bins, best_fit_pack, first_fit_decreasing_pack
 from testbed.pretrain.packing_stats import PackingStats
+
+if TYPE_CHECKING:
+    from testbed.pretrain.token_store import TokenStore
 
 __all__ = [
     "Chunks", "PackingStats", "Segment", "best_fit_pack", "document_lengths", "iter_packed_sequences",
@@ -83,7 +86,8 @@ def document_lengths(documents: Sequence[Sequence[int]] | Sequence[int] | np.nda
         return documents.astype(np.int64)
     if len(documents) and isinstance(documents[0], (int, np.integer)):
         return np.asarray(documents, dtype=np.int64)
-    return np.fromiter((len(doc) for doc in documents), dtype=np.int64, count=len(documents))
+    sequences = cast(Sequence[Sequence[int]], documents)  # token sequences: lengths are handled above
+    return np.fromiter((len(doc) for doc in sequences), dtype=np.int64, count=len(sequences))
 
 
 def pack_documents(
@@ -129,7 +133,7 @@ def position_document_ids(sequence: Sequence[Segment], capacity: int) -> np.ndar
 
 
 def materialize_tokens(
-    sequence: Sequence[Segment], documents: Sequence[Sequence[int]], capacity: int, pad_id: int
+    sequence: Sequence[Segment], documents: Sequence[Sequence[int]] | TokenStore, capacity: int, pad_id: int
 ) -> np.ndarray:
     """Token ids of a packed sequence, right-padded with `pad_id` to `capacity`."""
     tokens = np.full(capacity, pad_id, dtype=np.int64)

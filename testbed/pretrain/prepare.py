@@ -51,7 +51,7 @@ class CorpusManifest:
     n_sequences: int
 
     @classmethod
-    def load(cls, folder: Path) -> "CorpusManifest":
+    def load(cls, folder: Path) -> CorpusManifest:
         return cls(**json.loads((folder / "manifest.json").read_text()))
 
 
@@ -63,7 +63,7 @@ class PackedSequences:
         self.segments = segments
 
     @classmethod
-    def from_sequences(cls, sequences: Iterable[list[Segment]]) -> "PackedSequences":
+    def from_sequences(cls, sequences: Iterable[list[Segment]]) -> PackedSequences:
         offsets, rows = [0], []
         for sequence in sequences:
             rows.extend(sequence)
@@ -71,7 +71,7 @@ class PackedSequences:
         return cls(np.asarray(offsets, dtype=np.int64), np.asarray(rows, dtype=np.int64).reshape(-1, 3))
 
     @classmethod
-    def load(cls, prefix: Path) -> "PackedSequences":
+    def load(cls, prefix: Path) -> PackedSequences:
         return cls(np.load(f"{prefix}.packed.offsets.npy", mmap_mode="r"),
                    np.load(f"{prefix}.packed.segments.npy", mmap_mode="r"))
 
@@ -118,7 +118,8 @@ def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str,
 
 def _tokenize(tokenizer, config: PretrainConfig, seed: int, folder: Path, vocab_size: int,
               eos_id: int) -> tuple[TokenStore, TokenStore]:
-    writers = {False: TokenStoreWriter(folder / "train", vocab_size), True: TokenStoreWriter(folder / "heldout", vocab_size)}
+    writers = {False: TokenStoreWriter(folder / "train", vocab_size),
+               True: TokenStoreWriter(folder / "heldout", vocab_size)}
     for batch in _batched(iter_split(config.corpus, seed), TOKENIZE_BATCH):
         encodings = tokenizer.encode_batch([text for _, text in batch])
         for (heldout, _), encoding in zip(batch, encodings):

@@ -49,7 +49,7 @@ class ActivationQuantizer:
 
     def observe(self, x: torch.Tensor) -> None:
         low, high = float(x.min()), float(x.max())
-        if self.low is None:
+        if self.low is None or self.high is None:  # set together
             self.low, self.high = low, high
         else:
             self.low = MOMENTUM * self.low + (1 - MOMENTUM) * low
@@ -59,6 +59,7 @@ class ActivationQuantizer:
         if self.calibrating:
             self.observe(x)
             return x
+        assert self.low is not None and self.high is not None  # observed while calibrating
         low, high = min(self.low, 0.0), max(self.high, 0.0)
         levels = 2**self.bits - 1
         scale = (high - low) / levels or 1.0
@@ -68,7 +69,8 @@ class ActivationQuantizer:
 
 def activation_points(model: nn.Module) -> dict[str, nn.Module]:
     """The modules whose outputs are quantized, by name."""
-    points = {name: module for name, module in model.named_modules() if isinstance(module, ACTIVATION_TYPES)}
+    points: dict[str, nn.Module] = {name: module for name, module in model.named_modules()
+                                    if isinstance(module, ACTIVATION_TYPES)}
     for name, module in model.named_modules():
         if isinstance(module, SelfAttention | HopfieldLayer):
             points[f"{name}.weights"] = module.weights
@@ -93,7 +95,7 @@ class QuantizedModel:
             module.register_forward_hook(lambda _m, _i, out, q=self.quantizers[name]: q(out))
 
     @torch.no_grad()
-    def calibrate(self, inputs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> "QuantizedModel":
+    def calibrate(self, inputs: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> QuantizedModel:
         """Estimate every activation range on these (tokens, document_ids) batches, then freeze them."""
         for tokens, document_ids in inputs:
             self.model(tokens, document_ids)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plot_curve, plt
 from testbed.pretrain.outlier_report import OUTLIER_SECTIONS
+from testbed.report.plots import figure_image, plot_curve, plt
 from testbed.report.sections import ArraySection, ReportLayout, ReportSection, image, table
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class PackingStatsSection(ArraySection):
     requires = ("packing_stats",)
     missing = "<p>No packing statistics were recorded.</p>"
 
-    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         methods = [str(m) for m in arrays["packing_methods"]]
         used = (data.config.get("pretrain") or {}).get("packing", {}).get("method", "best_fit")
         header = ("statistic", *(f"{m} (this run)" if m == used else m for m in methods))
@@ -53,7 +53,7 @@ class LengthHistogramsSection(ArraySection):
     requires = ("document_lengths",)
     missing = "<p>No length data were recorded.</p>"
 
-    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         context = int(arrays["context_length"])
         fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
         lengths = arrays["document_lengths"]
@@ -77,7 +77,7 @@ class LossCurvesSection(ReportSection):
 
     title = "Loss curves"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         records = [r for r in data.metrics if "train_loss" in r]
         if not records:
             return "<p>No training records yet.</p>"
@@ -101,7 +101,7 @@ class FactRecallSection(ReportSection):
 
     title = "Fact recall"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         final = [r for r in data.metrics if "fact_recall" in r]
         if not final:
             return "<p>Not a fact-recall run (pretrain.corpus.source: factrecall).</p>"

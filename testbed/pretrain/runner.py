@@ -23,7 +23,7 @@ from typing import Any
 
 from testbed.errors import ScenarioError
 from testbed.pretrain.config import PretrainConfig
-from testbed.runner import Runner, RunContext
+from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 
 
@@ -50,13 +50,15 @@ class PretrainRunner(Runner):
     needs_one_of = frozenset({"torch_distributed"})
 
     def check(self, scenario: Scenario, source: str) -> None:
-        from testbed.pretrain.corpus import check_corpus
+        from testbed.pretrain.corpus import check_corpus, check_training_documents
 
         if importlib.util.find_spec("deepspeed") is None or importlib.util.find_spec("tokenizers") is None:
             raise ScenarioError(f"{source}: kind: 'pretrain' trains through DeepSpeed, which is not installed: "
                                 "pip install 'testbed[deepspeed]'")
         config = pretrain_config(scenario)
         check_corpus(config.corpus, source)
+        if config.model.family != "vit":  # a ViT trains on the digits images, not the corpus
+            check_training_documents(config.corpus, source, scenario.seed)
         world = world_size(scenario)
         if config.batch_size % world:
             raise ScenarioError(f"{source}: pretrain.batch_size: {config.batch_size} sequences do not split "
@@ -70,8 +72,11 @@ class PretrainRunner(Runner):
         from testbed.pretrain.prepare import prepare_corpus
 
         config = pretrain_config(ctx.scenario)
-        artifacts = None if config.model.family == "vit" else \
-            prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
+        try:
+            artifacts = None if config.model.family == "vit" else \
+                prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
+        except ScenarioError as err:  # a malformed corpus file past what validation reads: name the scenario too
+            raise ScenarioError(f"{ctx.source}: {err}" if ctx.source else str(err)) from None
         if artifacts is not None:
             ctx.run.write_artifacts(artifacts)
         checkpoint = ctx.run.latest_checkpoint()
@@ -96,8 +101,14 @@ class PretrainRunner(Runner):
         records = ctx.run.read_metrics()
         if not records or records[-1]["step"] != config.steps:
             raise RuntimeError("training processes ended without their final metrics record")
-        # Per-module outlier statistics stay in metrics.jsonl; the summary keeps the scalars.
-        return {key: value for key, value in records[-1].items() if key != "step" and not isinstance(value, dict)}
+        # Per-module outlier statistics stay in metrics.jsonl; the summary keeps the scalars, and
+        # throughput among its timings (a resumed run's final metrics equal an uninterrupted run's).
+        from testbed.pretrain.ds_worker import MetricWindow
+
+        last = records[-1]
+        ctx.timings.update({key: last[key] for key in MetricWindow.TIMINGS if key in last})
+        return {key: value for key, value in last.items()
+                if key != "step" and key not in MetricWindow.TIMINGS and not isinstance(value, dict)}
 
 
 def _check_family_options(scenario: Scenario, config: PretrainConfig, source: str) -> None:

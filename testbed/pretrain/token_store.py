@@ -46,14 +46,15 @@ class TokenStoreWriter:
             self._handle.write(array.tobytes())
             self._offsets.append(self._offsets[-1] + array.size)
 
-    def close(self) -> "TokenStore":
+    def close(self) -> TokenStore:
         """Flush to disk, then rename into place; returns the store opened for reading."""
         self._handle.flush()
         os.fsync(self._handle.fileno())
         self._handle.close()
         np.save(self.offsets_path, np.asarray(self._offsets, dtype=np.int64))
         os.replace(self._partial, self.tokens_path)
-        return TokenStore(self.tokens_path.with_name(self.tokens_path.name.removesuffix(".tokens.bin")), self.vocab_size)
+        return TokenStore(self.tokens_path.with_name(self.tokens_path.name.removesuffix(".tokens.bin")),
+                          self.vocab_size)
 
 
 class TokenStore:

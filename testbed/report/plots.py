@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,8 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 
 def x_axis(records: list[dict[str, Any]]) -> str:
@@ -51,7 +52,8 @@ def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
-def plot_curve(path: Path, title: str, xlabel: str, lines: dict[str, tuple[list[float], list[float]]]) -> Path:
+def plot_curve(path: Path, title: str, xlabel: str,
+               lines: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> Path:
     """One line plot with a legend; returns the PNG's path."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
     for label, (xs, ys) in lines.items():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import html
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ class RunData:
     artifacts: dict[str, np.ndarray]
 
     @classmethod
-    def load(cls, run: RunFolder) -> "RunData":
+    def load(cls, run: RunFolder) -> RunData:
         return cls(run.path, run.read_config(), run.read_metrics(), run.read_summary(), run.read_artifacts())
 
 

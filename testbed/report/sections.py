@@ -27,7 +27,7 @@ class ReportSection(ABC):
     title: str = ""
 
     @abstractmethod
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         """Return the section's HTML body (empty: the run has nothing for it, leave it out);
         write any images into ``out_dir``."""
 
@@ -40,13 +40,13 @@ class ArraySection(ReportSection):
     requires: tuple[str, ...] = ()
     missing: str = ""
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         if any(key not in data.artifacts for key in self.requires):
             return self.missing
         return self.body(data.artifacts, data, out_dir)
 
     @abstractmethod
-    def body(self, arrays: dict[str, Any], data: "RunData", out_dir: Path) -> str:
+    def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         """The section's HTML, given that every required array is present."""
 
 
@@ -61,7 +61,7 @@ class ReportLayout:
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     """An HTML table with escaped cells; floats shown with 4 significant digits."""
-    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -72,7 +72,7 @@ class SummarySection(ReportSection):
 
     title = "Summary"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         summary = data.summary or {}
         status = "completed" if data.summary else "incomplete (resume with testbed resume)"
         rows = [("status", status), ("kind", data.config.get("kind", "")), ("seed", data.config.get("seed", ""))]
@@ -86,7 +86,7 @@ class MetricCurvesSection(ReportSection):
 
     title = "Metrics"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         if not data.metrics:
             return "<p>No metrics were recorded.</p>"
         axis = x_axis(data.metrics)
@@ -103,7 +103,7 @@ class ConfigSection(ReportSection):
 
     title = "Scenario"
 
-    def render(self, data: "RunData", out_dir: Path) -> str:
+    def render(self, data: RunData, out_dir: Path) -> str:
         text = yaml.safe_dump(data.config, sort_keys=False)
         versions = json.dumps((data.summary or {}).get("versions", {}), indent=1)
         return f"<pre>{html.escape(text)}</pre><p>Versions: <code>{html.escape(versions)}</code></p>"

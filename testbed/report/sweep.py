@@ -38,7 +38,7 @@ def render_sweep_report(sweep: RunFolder) -> Path:
     variants = {slug: _load_variant(sweep.path / "variants" / slug, result)
                 for slug, result in summary["variants"].items()}
     metrics = compared_metrics(variants, sweep_block.get("metrics") or [])
-    body = lambda out_dir: "".join([  # noqa: E731
+    body = lambda out_dir: "".join([
         _section("Variants", _variants_table(variants, metrics)),
         _section("Pivot: strategy x attack", _pivot(variants, varied)),
         _section("Means over seeds", _group_table(variants, varied, metrics)),
@@ -109,7 +109,7 @@ def _pivot(variants: dict[str, dict[str, Any]], grid_keys: list[str]) -> str:
     groups = _groups(variants, [strategy, attack])
     strategies = sorted({s for s, _ in groups}, key=str)
     attacks = sorted({a for _, a in groups}, key=str)
-    accuracy = lambda s, a: [v["final_metrics"].get("test_accuracy", np.nan) for v in groups.get((s, a), [])]  # noqa: E731
+    accuracy = lambda s, a: [v["final_metrics"].get("test_accuracy", np.nan) for v in groups.get((s, a), [])]
     rows = []
     for s in strategies:
         means = [float(np.mean(accuracy(s, a))) for a in attacks if accuracy(s, a)]

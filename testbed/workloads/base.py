@@ -60,7 +60,7 @@ class Workload(ABC):
     # The metric that says how good a run is, and whether higher is better.
     headline_metric: ClassVar[tuple[str, str]] = ("loss", "min")
     # Report sections of this workload; they read the run folder's artifacts.npz (see `artifacts`).
-    report_sections: ClassVar[list["ReportSection"]] = []
+    report_sections: ClassVar[list[ReportSection]] = []
     # Attributes a checkpoint holds (modules, optimizers, data streams, RNGs, tensors, plain values),
     # saved and restored by the default `state_dict` / `load_state_dict`; a workload whose state does
     # not fit this overrides both.
@@ -71,7 +71,7 @@ class Workload(ABC):
         self.data_config = data
         self.seeds = seeds
 
-    @staticmethod
+    @staticmethod  # noqa: B027  (plugin workloads may have no checks)
     def check(config: Any, data: DataConfig) -> None:
         """Reject config/data combinations that cannot work: raise `ScenarioError("workload.<field>: ...")`;
         the loader prefixes the scenario file. Built-in workloads set ``check = staticmethod(config.check)``

@@ -14,13 +14,13 @@ Every built-in workload follows one pattern: package ``testbed/workloads/<name>/
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Callable
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from testbed.config import StrictModel
     from testbed.data.config import DataConfig
     from testbed.workloads.base import Workload
 
@@ -36,7 +36,7 @@ class WorkloadEntry:
     federated: bool = False  # a `FederatedWorkload`: federated clients can train its model
 
     @classmethod
-    def builtin(cls, package: str, prefix: str, summary: str, federated: bool = False) -> "WorkloadEntry":
+    def builtin(cls, package: str, prefix: str, summary: str, federated: bool = False) -> WorkloadEntry:
         module = f"testbed.workloads.{package}"
         return cls(summary, f"{module}.config:{prefix}Config", f"{module}.workload:{prefix}Workload",
                    f"{module}.config:check", federated)
@@ -47,7 +47,8 @@ BUILTIN: dict[str, WorkloadEntry] = {
         "classifier", "Classifier", "small CNN/MLP classifier on a bundled scikit-learn dataset (digits, wine, ...)",
         federated=True),
     "bisam": WorkloadEntry.builtin(
-        "bisam", "BiSAM", "BiSAM: SAM whose perturbation ascends a lower bound of the 0-1 loss; sgd|sam|bisam, label noise",
+        "bisam", "BiSAM",
+        "BiSAM: SAM whose perturbation ascends a lower bound of the 0-1 loss; sgd|sam|bisam, label noise",
         federated=True),
     "aco": WorkloadEntry.builtin(
         "aco", "ACO", "ACO: non-greedy active feature acquisition from nearest neighbours; aco|greedy|random"),
@@ -55,11 +56,14 @@ BUILTIN: dict[str, WorkloadEntry] = {
         "strwae", "StrWAE",
         "StrWAE: structured Wasserstein autoencoder; invariance to lighting with 100 labels; strwae|wae|vae_hsic"),
     "vsdm": WorkloadEntry.builtin(
-        "vsdm", "VSDM", "variational Schrödinger diffusion (learned linear forward score) vs DSM on stretched 2-D shapes"),
+        "vsdm", "VSDM",
+        "variational Schrödinger diffusion (learned linear forward score) vs DSM on stretched 2-D shapes"),
     "dfm": WorkloadEntry.builtin(
-        "dfm", "DFM", "discrete flow models (CTMC, eta-invariant sampler) vs D3PM; Multiflow-style co-design of 2-D chains"),
+        "dfm", "DFM",
+        "discrete flow models (CTMC, eta-invariant sampler) vs D3PM; Multiflow-style co-design of 2-D chains"),
     "dddm": WorkloadEntry.builtin(
-        "dddm", "DDDM", "directly denoising diffusion (per-sample estimate buffer, iterative sampler) vs DDIM at equal NFE"),
+        "dddm", "DDDM",
+        "directly denoising diffusion (per-sample estimate buffer, iterative sampler) vs DDIM at equal NFE"),
     "oodrobust": WorkloadEntry.builtin(
         "oodrobust", "OODRobust",
         "OODRobustBench: ID vs OOD (dataset and threat shift) robustness of a model population, linear fit"),
@@ -94,7 +98,7 @@ def resolve(target: str) -> Any:
 
 
 @cache
-def _plugins() -> dict[str, type["Workload"]]:
+def _plugins() -> dict[str, type[Workload]]:
     from testbed.plugins import load_entry_points
     from testbed.workloads.base import Workload
 
@@ -116,12 +120,12 @@ def summary(name: str) -> str:
     return BUILTIN[name].summary if name in BUILTIN else _plugins()[name].summary
 
 
-def config_class(name: str) -> type[BaseModel]:
+def config_class(name: str) -> type[StrictModel]:
     """The typed config of workload ``name`` (imports only its config module)."""
     return resolve(BUILTIN[name].config) if name in BUILTIN else _plugins()[name].Config
 
 
-def check_function(name: str) -> Callable[[Any, "DataConfig"], None]:
+def check_function(name: str) -> Callable[[Any, DataConfig], None]:
     """The check of workload ``name``: rejects config/data combinations that cannot work."""
     if name in BUILTIN:
         target = BUILTIN[name].check
@@ -138,6 +142,6 @@ def is_federated(name: str) -> bool:
     return issubclass(_plugins()[name], FederatedWorkload)
 
 
-def workload_class(name: str) -> type["Workload"]:
+def workload_class(name: str) -> type[Workload]:
     """The `Workload` class of ``name`` (imports its model code)."""
     return resolve(BUILTIN[name].workload) if name in BUILTIN else _plugins()[name]

@@ -8,9 +8,11 @@ engine picks.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
-from testbed.runner import Runner, RunContext
+from testbed.errors import ScenarioError, UserError
+from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 from testbed.workloads import registry
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from testbed.workloads.base import Workload
 
 
-def build_workload(scenario: Scenario) -> "Workload":
+def build_workload(scenario: Scenario) -> Workload:
     """The scenario's workload, freshly initialised from the root seed."""
     from testbed.seeding import SeedTree
 
@@ -64,12 +66,33 @@ def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) 
         return state, records
 
 
+def check_finite_losses(records: list[dict[str, Any]], ctx: RunContext) -> None:
+    """Stop a run whose loss became infinite or NaN: every later step would be wasted on NaNs. The
+    checkpoints written so far hold the state from before the divergence, so the folder keeps them."""
+    for record in records:
+        for key, value in record.items():
+            if "loss" in key and isinstance(value, float) and not math.isfinite(value):
+                kept = (f"; the checkpoints up to step {ctx.run.latest_step} in {ctx.run.path} are from before it"
+                        if ctx.run.has_checkpoint else "")
+                where = f"{ctx.source}: " if ctx.source else ""
+                workload = ctx.scenario.workload
+                field = "workload.lr" if workload and "lr" in registry.config_class(workload.name).model_fields \
+                    else "workload"
+                raise UserError(f"{where}{field}: training diverged at step {record.get('step')} ({key} = {value}); "
+                                f"lower the learning rate{kept}")
+
+
 class WorkloadRunner(Runner):
     """Central training of a single workload."""
 
     kind = "workload"
 
-    def report_sections(self, config: dict[str, Any]) -> list["ReportSection"]:
+    def check(self, scenario: Scenario, source: str) -> None:
+        from testbed.data.select import check_file_dataset
+
+        check_file_dataset(scenario.data, scenario.data.test_fraction, source)
+
+    def report_sections(self, config: dict[str, Any]) -> list[ReportSection]:
         name = (config.get("workload") or {}).get("name")
         return list(registry.workload_class(name).report_sections) if name and registry.is_registered(name) else []
 
@@ -81,7 +104,11 @@ class WorkloadRunner(Runner):
         with ctx.progress.task("training", total=loop.steps, completed=step) as advance:
             while step < loop.steps:
                 stop = min((step // loop.checkpoint_every + 1) * loop.checkpoint_every, loop.steps)
-                state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
+                try:
+                    state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
+                except ScenarioError as err:  # the data, read only now (a file dataset): name the scenario
+                    raise ScenarioError(f"{ctx.source}: {err}" if ctx.source else str(err)) from None
+                check_finite_losses(records, ctx)  # before the diverged state is checkpointed
                 for record in records:
                     ctx.log_metrics(record)
                 if "artifacts" in state:

@@ -118,6 +118,7 @@ def _wait_for_run_in_status(run_dir: Path, run: subprocess.Popen) -> dict:
         if found:
             return found[0]
         time.sleep(0.5)
+    assert run.stderr is not None  # _testbed pipes it
     pytest.fail(f"the run ended before 'testbed cluster status' listed it: {run.stderr.read()}")
 
 

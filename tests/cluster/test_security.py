@@ -61,20 +61,27 @@ def test_emulated_cluster_starts_no_dashboard_or_client_server_beyond_loopback(e
 
 
 def test_local_engine_starts_its_own_ray_with_nothing_beyond_loopback(emulated_cluster):
-    """Also while a cluster is up on this machine: `local` must not join it."""
+    """Also while a cluster is up on this machine: `local` must not join it. Every socket its Ray
+    listens on (GCS, raylet, object manager, runtime-env agent, task workers and the driver's own
+    core worker) is on loopback."""
+    import psutil
     import ray
 
     from testbed.engines.config import LocalEngineConfig
     from testbed.engines.ray_engine import LocalRayEngine
 
     with LocalRayEngine(LocalEngineConfig(num_cpus=1), quiet=True) as engine:
+        [worker_pid] = engine.map(lambda: os.getpid(), [()])  # a task worker is up and listening
         node = ray._private.worker._global_node
         processes = [p for info in node.all_processes.values() for i in info for p in process_tree(i.process.pid)]
+        processes.append(psutil.Process())  # the driver: its core worker serves gRPC too
         described, address = engine.describe(), ray.get_runtime_context().gcs_address
-        sockets = _service_sockets(processes)
+        sockets = listening_sockets(processes)
     assert described["nodes"] == 1 and address != emulated_cluster["address"]
     assert "ray_client_server" not in node.all_processes
-    assert all(address in LOOPBACK for address, _, _ in sockets)
+    listeners = {(command.split() or [""])[0].rsplit("/", 1)[-1] for _, _, command in sockets}
+    assert {"gcs_server", "raylet"} <= listeners and worker_pid in {p.pid for p in processes}
+    assert [s for s in sockets if s[0] not in LOOPBACK] == []
 
 
 @pytest.mark.parametrize(("engine", "expected"), [

@@ -7,9 +7,9 @@ import socket
 
 import pytest
 
+from testbed.cluster.addresses import check_ray_address
 from testbed.engines.base import InProcessEngine
 from testbed.engines.config import LocalEngineConfig, RayEngineConfig
-from testbed.cluster.addresses import check_ray_address
 from testbed.engines.registry import make_engine
 from testbed.errors import UserError
 

@@ -52,10 +52,10 @@ def test_trackers_receive_every_record(cli, write_scenario, tmp_path):
     assert code == 0, err
 
     from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from testbed.run import RunFolder
     from testbed.tracking import mlflow_uri
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()

@@ -34,7 +34,8 @@ def test_run_writes_a_complete_run_folder(cli, write_scenario, tmp_path):
     assert summary["final_metrics"]["test_accuracy"] == records[-1]["test_accuracy"]
     assert {"torch", "python", "testbed"} <= set(summary["versions"])
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["ckpt-000000010.pt", "ckpt-000000012.pt"]
-    assert {"index.html", "curve-test_accuracy.png", "confusion.png"} <= {p.name for p in (run_dir / "report").iterdir()}
+    report_files = {p.name for p in (run_dir / "report").iterdir()}
+    assert {"index.html", "curve-test_accuracy.png", "confusion.png"} <= report_files
     import numpy as np
 
     with np.load(run_dir / "artifacts.npz") as artifacts:

@@ -7,12 +7,13 @@ import copy
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from testbed.errors import ScenarioError, UserError
 from testbed.loading import apply_override, load_scenario, validate_raw
 from testbed.run import RunFolder
-from testbed.workloads.runner import build_workload
 from testbed.seeding import SeedTree
+from testbed.workloads.runner import build_workload
 from tests.conftest import TINY_SCENARIO
 
 
@@ -36,7 +37,7 @@ def test_overrides_are_parsed_as_yaml_and_type_checked():
 def test_loaded_scenario_is_frozen_and_applies_defaults(write_scenario):
     scenario = load_scenario(write_scenario(), ["seed=11"])
     assert scenario.seed == 11 and scenario.engine.type == "local" and scenario.report.kind == "training"
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         scenario.seed = 3
 
 

@@ -42,7 +42,6 @@ def _assert_same_run(run: Path, reference: Path) -> None:
 def reference_run(tmp_path_factory) -> Path:
     """The in-process run both other engines are compared with (run once for the module)."""
     from testbed.cli import main
-
     from tests.decentralized.conftest import TINY
 
     folder = tmp_path_factory.mktemp("reference")

@@ -16,10 +16,13 @@ def _write(tmp_path, scenario: dict, name: str = "s.yaml"):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda s: s["decentralized"].pop("sigma"), "decentralized: set sigma (the noise multiplier) or privacy.target_epsilon"),
+    (lambda s: s["decentralized"].pop("sigma"),
+     "decentralized: set sigma (the noise multiplier) or privacy.target_epsilon"),
     (lambda s: s["data"].update(num_clients=9), "data.num_clients: 9, but the topology 'hypercube' has 8 nodes"),
-    (lambda s: s["decentralized"]["topology"].update(n=8), "decentralized.topology: graph 'hypercube': got an unexpected keyword argument 'n'"),
-    (lambda s: s["decentralized"]["gossip"].update(rouns=3), "decentralized.gossip.rouns: unknown key (did you mean 'rounds'?)"),
+    (lambda s: s["decentralized"]["topology"].update(n=8),
+     "decentralized.topology: graph 'hypercube': got an unexpected keyword argument 'n'"),
+    (lambda s: s["decentralized"]["gossip"].update(rouns=3),
+     "decentralized.gossip.rouns: unknown key (did you mean 'rounds'?)"),
     (lambda s: s["decentralized"]["audit"].update(source=8), "decentralized.audit.source: node 8 is not in 0..7"),
     (lambda s: s["decentralized"].update(algorithm=["gossip", "gossip"]), "an algorithm is listed twice"),
     (lambda s: s.update(engine={"type": "mpi", "num_procs": 9}), "engine.num_procs: 9 ranks for 8 nodes"),
@@ -119,7 +122,7 @@ def test_accounting_only_run_compares_the_three_algorithms_without_data(cli, tmp
         local = artifacts["comparison.1.local_dp.mean"]
         np.testing.assert_allclose(local, [2.0 / 2.0])  # alpha / (2 sigma^2), alpha = 2, sigma = 1
         walk = artifacts["comparison.1.random_walk.mean"]  # K_6 with W = 11^T/6: alpha T H_T/(sigma^2 n^2)
-        from testbed.topologies import harmonic_number, metropolis_hastings, walk_length, build_graph
+        from testbed.topologies import build_graph, harmonic_number, metropolis_hastings, walk_length
 
         T = walk_length(metropolis_hastings(build_graph("complete", n=6)), 1.0)
         np.testing.assert_allclose(walk, [2.0 * T * harmonic_number(T) / 36.0], rtol=1e-9)

@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
 
-FEDERATED = {
+FEDERATED: dict[str, Any] = {
     "name": "fed-tiny",
     "kind": "federated",
     "seed": 5,

@@ -14,7 +14,8 @@ def _with_federated(**changes) -> dict:
 CASES = [
     ("bulyan-too-few-clients", _with_federated(strategy={"name": "bulyan"}), ["data.num_clients", "bulyan", "7"]),
     ("krum-declared-f", _with_federated(strategy={"name": "krum", "num_malicious": 1}), ["krum", "5 clients"]),
-    ("unknown-strategy", _with_federated(strategy={"name": "sdae"}), ["federated.strategy.name", "did you mean 'sdea'"]),
+    ("unknown-strategy", _with_federated(strategy={"name": "sdae"}),
+     ["federated.strategy.name", "did you mean 'sdea'"]),
     ("strategy-param-typo", _with_federated(strategy={"name": "sdea", "epoch": 3}),
      ["federated.strategy.epoch", "did you mean 'epochs'"]),
     ("strategy-param-type", _with_federated(strategy={"name": "fedtrimmedavg", "beta": 0.7}),

@@ -3,7 +3,6 @@ histogram arrays from the training processes to the report, and the report secti
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 

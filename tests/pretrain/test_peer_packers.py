@@ -12,6 +12,7 @@ from testbed.pretrain.bin_packing import best_fit_pack
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "peer_packers.py"
 _SPEC = importlib.util.spec_from_file_location("peer_packers", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None  # a .py file path always has a spec with a loader
 peer_packers = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(peer_packers)
 

@@ -63,7 +63,9 @@ def test_folder_corpus_names_the_file_and_line_of_a_bad_jsonl_record(tmp_path: P
         list(iter_documents(config, seed=0))
 
 
-@pytest.mark.parametrize("path, message", [(None, "set its path"), ("missing", "is not a folder"), ("empty", "no .txt")])
+@pytest.mark.parametrize("path, message", [
+    (None, "set its path"), ("missing", "is not a folder"), ("empty", "no .txt"),
+])
 def test_check_corpus_refuses_a_folder_source_it_cannot_read(tmp_path: Path, path, message) -> None:
     (tmp_path / "empty").mkdir()
     config = CorpusConfig(source="folder", path=None if path is None else str(tmp_path / path))
@@ -135,6 +137,7 @@ def test_prepare_returns_side_by_side_stats_once_and_then_reuses_the_folder(tmp_
     config = PretrainConfig.model_validate({"corpus": {"source": "folder", "path": str(corpus)},
                                             "tokenizer": {"vocab_size": 300}, "context_length": 32})
     arrays = prepare_corpus(tmp_path / "corpus", config, seed=0)
+    assert arrays is not None  # a fresh folder is built, so its arrays come back
     methods = arrays["packing_methods"].tolist()
     stats = dict(zip(methods, arrays["packing_stats"]))
     column = arrays["packing_stat_names"].tolist().index("n_sequences")

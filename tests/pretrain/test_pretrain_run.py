@@ -11,13 +11,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
 
-TINY_PRETRAIN = {
+TINY_PRETRAIN: dict[str, Any] = {
     "name": "tiny-pretrain",
     "kind": "pretrain",
     "seed": 2,
@@ -130,6 +131,13 @@ def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_referenc
             if key in reference:
                 assert ours[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
     assert sorted(p.name for p in (run_dir / "deepspeed").glob("step*")) == ["step000000003", "step000000006"]
+    # The resumed run ends with the final metrics of an uninterrupted one (to float summation order):
+    # no throughput among them, which a resumed run measures anew; that is in the timings.
+    reference = json.loads((local_run / "summary.json").read_text())
+    assert summary["final_metrics"].keys() == reference["final_metrics"].keys()
+    assert summary["final_metrics"] == pytest.approx(reference["final_metrics"], rel=1e-4, abs=1e-6)
+    assert "tokens_per_s_per_process" not in summary["final_metrics"]
+    assert summary["timings"]["tokens_per_s_per_process"] > 0 and summary["timings"]["wall_s"] > 0
 
 
 def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_folder(cli, pretrain_scenario, tmp_path):
@@ -143,7 +151,7 @@ def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_fold
 
 
 def test_deepspeed_shared_memory_buffers_of_a_finished_run_are_released(tmp_path):
-    from testbed.pretrain.launch import release_shared_memory
+    from testbed.engines.processes import release_shared_memory
 
     ours = [tmp_path / f"deepspeed_allreduce_buffer_0_127.0.0.1_29611_{rank}" for rank in (0, 1)]
     others = [tmp_path / "deepspeed_allreduce_buffer_0_127.0.0.1_29612_0", tmp_path / "mpich_shm_29611"]

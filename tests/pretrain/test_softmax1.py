@@ -88,7 +88,7 @@ def test_document_mask_makes_packed_attention_equal_per_document_attention() -> 
     generator = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(6, 8, generator=generator, dtype=torch.float64) for _ in range(3))
     mask = document_causal_mask(torch.tensor([0, 0, 0, 7, 7, -1]))
-    causal = lambda n: torch.ones(n, n, dtype=torch.bool).tril()  # noqa: E731
+    causal = lambda n: torch.ones(n, n, dtype=torch.bool).tril()
     # Execute
     packed = attention(q, k, v, mask=mask, kind="softmax_1")
     first = attention(q[:3], k[:3], v[:3], mask=causal(3), kind="softmax_1")

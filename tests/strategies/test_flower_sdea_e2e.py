@@ -9,7 +9,6 @@ in every round and still produce a model that classifies well.
 import sys
 
 import numpy as np
-import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -50,7 +49,9 @@ def train(msg: Message, context: Context) -> Message:
     pid = int(context.node_config["partition-id"])
     x, y = _digits()
     shard = torch.arange(PUBLIC + TEST, len(x)).chunk(NUM_CLIENTS)[pid]
-    glob = msg.content["arrays"].to_torch_state_dict()
+    arrays = msg.content["arrays"]
+    assert isinstance(arrays, ArrayRecord)
+    glob = arrays.to_torch_state_dict()
     net = _net()
     net.load_state_dict(glob)
     net.train()

@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 from flwr.app import ArrayRecord, Message, MessageType, Metadata, MetricRecord, RecordDict
+from flwr.app.typing import MetricRecordValues
 
 from testbed.strategies import RFA, SDEA, DnC, FLTrust, ServerSideAttack
 
@@ -16,7 +17,7 @@ GLOBAL = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
 
 
 def _reply(state: dict, node_id: int, num_examples: int = 10, partition_id: int | None = None) -> Message:
-    metrics = {"num-examples": num_examples, "loss": 1.0}
+    metrics: dict[str, MetricRecordValues] = {"num-examples": num_examples, "loss": 1.0}
     if partition_id is not None:
         metrics["partition-id"] = partition_id
     content = RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord(metrics)})
@@ -24,7 +25,7 @@ def _reply(state: dict, node_id: int, num_examples: int = 10, partition_id: int 
         run_id=1, message_id=f"m{node_id}", src_node_id=node_id, dst_node_id=0, reply_to_message_id="i",
         group_id="1", created_at=time.time(), ttl=60.0, message_type=MessageType.TRAIN,
     )
-    return Message(content, metadata=meta)
+    return Message(content, metadata=meta)  # type: ignore[call-overload]  # flwr's overloads omit metadata=
 
 
 def _honest_and_outlier(with_pid: bool = True) -> list[Message]:
@@ -108,7 +109,8 @@ def test_random_noise_attack_uploads_the_init_as_full_model():
     init = torch.zeros(8)  # flat [w (6), b (2)]
     strategy = DnC(num_malicious_nodes=0, attack=ServerSideAttack("random_noise", {1}, {"init": init}))
     strategy.global_arrays = ArrayRecord({"w": torch.full((2, 3), 5.0), "b": torch.full((2,), 5.0)})
-    replies = [_reply({"w": torch.full((2, 3), 6.0), "b": torch.full((2,), 6.0)}, 9 + p, partition_id=p) for p in (0, 1)]
+    replies = [_reply({"w": torch.full((2, 3), 6.0), "b": torch.full((2,), 6.0)}, 9 + p, partition_id=p)
+               for p in (0, 1)]
     arrays, _ = strategy.aggregate_train(1, replies)
     # Client 1 uploads the all-zero random model, not global + zeros.
     assert torch.allclose(arrays.to_torch_state_dict()["b"], torch.full((2,), 3.0))

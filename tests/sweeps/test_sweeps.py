@@ -76,7 +76,7 @@ def test_no_sweep_runs_the_base_scenario_once(cli, write_scenario, tmp_path):
 
 
 def test_the_report_compares_chosen_headline_or_shared_workload_metrics():
-    done = lambda **final: {"status": "completed", "final_metrics": final}  # noqa: E731
+    done = lambda **final: {"status": "completed", "final_metrics": final}
     workload = {"a": done(test_sw=0.1, test_kl=0.3, label="x"), "b": done(test_sw=0.2, other=1.0),
                 "c": {"status": "failed"}}
     assert compared_metrics(workload, []) == ["test_sw"]

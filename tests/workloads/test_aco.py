@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import pytest
@@ -12,8 +13,15 @@ from torch import nn
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.workloads.aco.data import cube_dataset, parity_dataset
+from testbed.workloads.aco.masked import MaskedClassifier
 from testbed.workloads.aco.policy import (
-    AcquisitionSettings, NeighbourOracle, aco_chooser, candidate_masks, greedy_chooser, random_chooser, rollout,
+    AcquisitionSettings,
+    NeighbourOracle,
+    aco_chooser,
+    candidate_masks,
+    greedy_chooser,
+    random_chooser,
+    rollout,
 )
 from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
@@ -38,7 +46,8 @@ def oracle(model: nn.Module = FixedLogits(), rows: int = 40, features: int = 6) 
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(rows, features, generator=generator, dtype=torch.float64)
     y = torch.randint(0, 2, (rows,), generator=generator)
-    return NeighbourOracle(model, x, y, SETTINGS, torch.randperm(rows, generator=generator))
+    # cast: NeighbourOracle is annotated with MaskedClassifier but only calls model(x, mask).
+    return NeighbourOracle(cast(MaskedClassifier, model), x, y, SETTINGS, torch.randperm(rows, generator=generator))
 
 
 def test_neighbours_ignore_unobserved_coordinates():
@@ -86,7 +95,7 @@ def test_rollouts_never_reacquire_and_terminate_within_d_steps():
     estimator = oracle()
     estimator.settings = always_worth_it  # a negative cost makes every policy want every feature
     for choose in (aco_chooser(estimator, generator), greedy_chooser(estimator), random_chooser(generator)):
-        for row in range(5):
+        for _ in range(5):
             order = rollout(choose, torch.randn(6, dtype=torch.float64, generator=generator))
             assert sorted(order) == list(range(6))
     assert len(rollout(random_chooser(generator), torch.zeros(6), budget=2)) == 2
@@ -110,7 +119,8 @@ def test_cube_puts_the_class_bits_on_features_y_to_y_plus_2():
 
 
 def test_random_baseline_acquires_as_many_features_as_aco_per_instance():
-    workload = build_workload(scenario(eval_instances=20, hidden=32, num_samples=400, exhaustive_up_to=6, random_candidates=32))
+    workload = build_workload(scenario(eval_instances=20, hidden=32, num_samples=400, exhaustive_up_to=6,
+                                       random_candidates=32))
     workload.train(150)
     outcomes = workload._rollouts()
     assert np.array_equal(outcomes["random"].masks.sum(axis=1), outcomes["aco"].masks.sum(axis=1))

@@ -8,10 +8,10 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer, mixed_batch
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(offline_episodes=6, lengths=[8, 16], hidden=32, blocks=1, pretrain_steps=3, diffusion_steps=20,
@@ -69,7 +69,8 @@ def test_trajectory_sampling_inpaints_the_first_state():
 
 def test_transition_vectors_round_trip():
     episode = scripted_episodes(1)[0]
-    vectors = diffusion.transition_vectors(episode["obs"], episode["act"], episode["rew"], episode["next"], episode["term"])
+    vectors = diffusion.transition_vectors(episode["obs"], episode["act"], episode["rew"], episode["next"],
+                                           episode["term"])
     back = diffusion.split_transitions(vectors)
     for key in ("obs", "act", "rew", "next", "term"):
         assert np.allclose(back[key], episode[key], atol=1e-5)
@@ -77,7 +78,7 @@ def test_transition_vectors_round_trip():
 
 def test_mixed_batches_hold_the_synthetic_share():
     real, synthetic = Buffer(100), Buffer(100)
-    fill = lambda value: {"obs": np.full((50, 2), value), "act": np.full(50, value), "rew": np.full(50, value),  # noqa: E731
+    fill = lambda value: {"obs": np.full((50, 2), value), "act": np.full(50, value), "rew": np.full(50, value),
                           "next": np.full((50, 2), value), "term": np.zeros(50)}
     real.add(fill(1.0))
     assert torch.all(mixed_batch(real, synthetic, 32, 0.25, torch.Generator())["act"] == 1)  # none imagined yet
@@ -128,7 +129,8 @@ def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost(
     workload.generator.pretrain(400, workload.config.diffusion_batch, workload.gen_rng)
     workload.pretrained = True
     imagined = workload.imagined_for_evaluation()
-    first_steps = [np.linalg.norm((p["next"][0] - p["obs"][0]) / mc.SCALE[:2]) for p in imagined["pieces"] if len(p["act"])]
+    first_steps = [np.linalg.norm((p["next"][0] - p["obs"][0]) / mc.SCALE[:2])
+                   for p in imagined["pieces"] if len(p["act"])]
     joined = imagined["joined"]
     step = joined["rew"] < 50
     assert np.median(first_steps) <= 0.45
@@ -137,8 +139,8 @@ def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost(
 
 def test_online_loop_stores_real_transitions_and_closes_an_episode_at_the_step_limit():
     from testbed.seeding import SeedTree
-    from testbed.workloads.atradiff.learner import OnlineLoop
     from testbed.workloads.atradiff.config import ATraDiffConfig
+    from testbed.workloads.atradiff.learner import OnlineLoop
 
     loop = OnlineLoop(ATraDiffConfig(warmup_steps=mc.MAX_STEPS + 10, sac_hidden=8), SeedTree(0))
     for _ in range(mc.MAX_STEPS + 3):  # random warm-up actions never reach the flag this fast

@@ -18,7 +18,6 @@ from testbed.workloads.bisam.workload import corrupt_labels
 from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
-
 SURROGATES = [LowerBoundSurrogate("neg_log", 1.0), LowerBoundSurrogate("neg_log", 10.0),
               LowerBoundSurrogate("tanh", 1.0, 0.1), LowerBoundSurrogate("tanh", 10.0, 2.0)]
 
@@ -139,7 +138,8 @@ def test_plain_variant_makes_a_single_pass():
     model = tiny_model()
     optimizer = BiSAM(torch.optim.SGD(model.parameters(), lr=0.1), rho=0.3, ascent_loss=None)
     calls = []
-    optimizer.step(lambda loss_fn: calls.append(1) or loss_fn(model(torch.ones(2, 6)), torch.zeros(2, dtype=torch.long)))
+    optimizer.step(
+        lambda loss_fn: calls.append(1) or loss_fn(model(torch.ones(2, 6)), torch.zeros(2, dtype=torch.long)))
     assert calls == [1]
 
 

@@ -9,11 +9,17 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
-from testbed.workloads.floodgnn.models import ComGNN, MessagePassingGNN
 from testbed.workloads.floodgnn.hydraulics import Storm, simulate
-from testbed.workloads.floodgnn.models import fit_rain_increment, flux_divergence, matched_baseline, parameter_count
+from testbed.workloads.floodgnn.models import (
+    ComGNN,
+    MessagePassingGNN,
+    fit_rain_increment,
+    flux_divergence,
+    matched_baseline,
+    parameter_count,
+)
 from testbed.workloads.floodgnn.terrain import d8_edges, flow_accumulation, regions
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(region_size=8, events=3, heldout_events=1, train_combos=4, rollout_steps=6, horizons=[3, 6], hidden=8)
@@ -105,7 +111,7 @@ def test_rain_increment_alpha_is_the_least_squares_fit():
     generator = torch.Generator().manual_seed(0)
     rain, depth = torch.rand(10, 30, generator=generator), torch.rand(10, 30, generator=generator)
     alpha = fit_rain_increment(rain, depth)
-    sse = lambda a: float(((a * rain.double().cumsum(0) - depth.double()) ** 2).sum())  # noqa: E731
+    sse = lambda a: float(((a * rain.double().cumsum(0) - depth.double()) ** 2).sum())
     assert sse(alpha) < sse(alpha * 1.01) and sse(alpha) < sse(alpha * 0.99)
 
 

@@ -8,8 +8,8 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.gpgvae import games, model
+from testbed.workloads.runner import build_workload
 
 # Small but enough: 6 complement + 6 substitute graphs, a 200-game pretraining set for the type classifier.
 SMALL = {"graphs_per_sign": 6, "pretrain_graphs": 200, "grad_samples": 2}
@@ -81,7 +81,7 @@ def test_score_function_gradient_is_unbiased_on_a_three_player_graph():
     """The mean of (f(A) - b) d log q(A) matches the exact gradient of E_q[f(A)] over the 8 graphs of 3 players."""
     logits = torch.tensor([[0.0, 0.4, -0.7], [0.4, 0.0, 1.1], [-0.7, 1.1, 0.0]])[None]
     weights = torch.tensor([[0.0, 2.0, -1.0], [2.0, 0.0, 0.5], [-1.0, 0.5, 0.0]])[None]
-    f = lambda a: (weights * a).sum((1, 2)) ** 2  # noqa: E731  (non-linear in A)
+    f = lambda a: (weights * a).sum((1, 2)) ** 2  # non-linear in A
     pairs = ((0, 1), (0, 2), (1, 2))
     exact_logits = logits.clone().requires_grad_(True)
     probability = torch.sigmoid(exact_logits)[0]

@@ -9,9 +9,9 @@ from scipy.spatial import cKDTree
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.gridcoarsen.geometry import geometry, topology
 from testbed.workloads.gridcoarsen.solver import Physics, net_outflow, rollout, transmissibility
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 # A small problem for the trained tests: 16x16 fine points, 10x coarser grids of 25 points.

@@ -8,8 +8,9 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.musicflow import data, flow, metrics
+from testbed.workloads.musicflow.workload import MusicFlowWorkload
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(train_clips=64, test_clips=16, hidden=16, heads=2, batch_size=16, sample_steps=2, fd_steps=[2])
@@ -120,7 +121,7 @@ def test_resume_continues_bit_exactly(variant):
 
 def test_single_stage_has_as_many_layers_as_the_cascade():
     cascade, single = (build_workload(scenario(variant=v, **TINY)) for v in ("musicflow", "single"))
-    layers = lambda w: sum(len(stage.body.layers) for stage in w.stages.values())  # noqa: E731
+    layers = lambda w: sum(len(stage.body.layers) for stage in w.stages.values())
     assert layers(cascade) == layers(single) == 4
 
 
@@ -140,6 +141,7 @@ CORE_STEPS = 200
 def follow_measurements(seed: int) -> dict[str, float]:
     """Train the cascade briefly; stage 2's chroma agreement with its own and with another clip's conditioning."""
     workload = build_workload(scenario(seed, **CORE))
+    assert isinstance(workload, MusicFlowWorkload)
     workload.train(CORE_STEPS)
     return workload.follow(workload.test_set, workload.seeds.torch("eval.follow"))
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,8 +26,9 @@ from testbed.workloads.oodrobust.shifts import CORRUPTIONS, corrupt
 from testbed.workloads.oodrobust.typeset import typeset_digits
 from testbed.workloads.runner import build_workload
 
-SMALL = {"population": 6, "widths": [32, 64], "epsilons": [0.1, 0.2],
-         "evaluation": {"eval_size": 150, "attack_steps": 10, "corruptions": ["gaussian_noise", "contrast", "translate"],
+SMALL: dict[str, Any] = {"population": 6, "widths": [32, 64], "epsilons": [0.1, 0.2],
+         "evaluation": {"eval_size": 150, "attack_steps": 10,
+                        "corruptions": ["gaussian_noise", "contrast", "translate"],
                         "severities": [3], "threats": ["linf_large", "rotation"]}}
 
 
@@ -120,7 +122,8 @@ def test_typeset_digits_are_balanced_8x8_optdigits_images():
 def test_fit_recovers_a_known_line_and_matches_numpy():
     x = np.linspace(0.1, 0.8, 20)
     exact = fit_line(x, 0.6 * x - 0.05)
-    assert exact.slope == pytest.approx(0.6) and exact.intercept == pytest.approx(-0.05) and exact.r2 == pytest.approx(1.0)
+    assert (exact.slope == pytest.approx(0.6) and exact.intercept == pytest.approx(-0.05)
+            and exact.r2 == pytest.approx(1.0))
     noisy_y = 0.6 * x - 0.05 + np.random.default_rng(0).normal(0, 0.03, len(x))
     noisy = fit_line(x, noisy_y)
     slope, intercept = np.polyfit(x, noisy_y, 1)

@@ -8,9 +8,10 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.ppae import data, editing, metrics
 from testbed.workloads.ppae.model import AttentionControl, Denoiser, alpha_bars
+from testbed.workloads.ppae.workload import PPAEWorkload
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 TINY = dict(train_clips=64, test_clips=8, hidden=16, heads=2, batch_size=16, sample_steps=4)
@@ -138,6 +139,7 @@ def test_reweighting_needs_the_attention_edit():
 def core_measurements(seed: int) -> dict[str, float]:
     """Train the core-test model and measure localisation and preservation for PPAE and regeneration."""
     workload = build_workload(scenario(seed, **CORE))
+    assert isinstance(workload, PPAEWorkload)
     workload.train(CORE_STEPS)
     inverted = workload.invert()
     found = workload.localisation(inverted[1])

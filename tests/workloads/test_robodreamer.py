@@ -8,9 +8,9 @@ import torch
 
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
-from testbed.workloads.runner import build_workload
 from testbed.workloads.robodreamer import model as diffusion
 from testbed.workloads.robodreamer import world
+from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
 

@@ -14,10 +14,10 @@ import torch
 import yaml
 
 from testbed.data import DATASETS
+from testbed.data import moving_digits as moving
 from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.workloads.runner import build_workload
-from testbed.data import moving_digits as moving
 from testbed.workloads.stc.metrics import frame_metrics, ssim
 from testbed.workloads.stc.neurons import SpikingLayer, spike
 

@@ -82,8 +82,8 @@ def test_resume_continues_bit_exactly(variant):
 
 
 @pytest.mark.parametrize("field, value", [
-    ("variant", "aae"), ("style_dim", 0), ("representation_dim", 0), ("labels_per_class", 0), ("invariance_weight", -1.0),
-    ("batch_size", 1), ("labelled_batch_size", 500), ("lr", 0),
+    ("variant", "aae"), ("style_dim", 0), ("representation_dim", 0), ("labels_per_class", 0),
+    ("invariance_weight", -1.0), ("batch_size", 1), ("labelled_batch_size", 500), ("lr", 0),
 ])
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ScenarioError, match=rf"workload\.{field}"):

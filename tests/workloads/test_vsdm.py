@@ -10,7 +10,10 @@ from testbed.loading import validate_raw
 from testbed.workloads.runner import build_workload
 from testbed.workloads.vsdm import bridge as bridge_module
 from testbed.workloads.vsdm.dynamics import (
-    Schedule, conditional_covariance, mean_factor, simulate_forward,
+    Schedule,
+    conditional_covariance,
+    mean_factor,
+    simulate_forward,
 )
 from testbed.workloads.vsdm.shapes import gaussian_kl, sliced_wasserstein, straightness
 from tests.workloads.helpers import resumed_and_uninterrupted
@@ -90,7 +93,7 @@ def test_exact_score_with_a_matched_prior_reproduces_the_data_covariance():
             workload.a.copy_(a)
         bridge.refresh()
         marginal = bridge.kernels.mean @ data_cov @ bridge.kernels.mean.transpose(1, 2) + bridge.kernels.covariance
-        bridge.score = lambda x, i: -x @ torch.linalg.inv(marginal[i]).T  # the exact Gaussian score
+        bridge.score = lambda x, i, marginal=marginal: -x @ torch.linalg.inv(marginal[i]).T  # the exact Gaussian score
         samples, _ = bridge.sample_sde(20000, torch.Generator().manual_seed(2))
         variances[name] = torch.cov(samples.T).diagonal()
     # With A = 0 the stretched axis never reaches the prior, and the sampler shrinks it (the DSM failure).

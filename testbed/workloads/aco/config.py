@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
 Policy = Literal["aco", "greedy", "random"]
+
+
+def _default_baselines() -> list[Policy]:  # a named factory: mypy infers a lambda's list as list[str]
+    return ["greedy", "random"]
 POLICIES = ("aco", "greedy", "random")  # the canonical order: random needs ACO's budgets first
 
 
@@ -28,7 +32,7 @@ class ACOConfig(StrictModel):
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(128, gt=0)
     policy: Policy = "aco"
-    baselines: list[Policy] = Field(default_factory=lambda: ["greedy", "random"])
+    baselines: list[Policy] = Field(default_factory=_default_baselines)
     cost: float = Field(0.05, ge=0, description="alpha: cost of acquiring one feature")
     neighbours: int = Field(20, gt=0, description="k nearest training instances of the estimator")
     exhaustive_up_to: int = Field(10, ge=0, le=14, description="enumerate all subsets up to this many unobserved")

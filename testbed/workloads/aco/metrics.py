@@ -17,7 +17,12 @@ from testbed.data import Dataset
 from testbed.workloads.aco.config import POLICIES
 from testbed.workloads.aco.masked import MaskedClassifier
 from testbed.workloads.aco.policy import (
-    AcquisitionSettings, NeighbourOracle, aco_chooser, greedy_chooser, random_chooser, rollout,
+    AcquisitionSettings,
+    NeighbourOracle,
+    aco_chooser,
+    greedy_chooser,
+    random_chooser,
+    rollout,
 )
 
 

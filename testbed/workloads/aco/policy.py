@@ -18,8 +18,8 @@ Random acquires features in random order, as many as ACO acquired on the same in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.nn import functional as F

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
@@ -33,6 +32,7 @@ class ACOWorkload(Workload):
 
     name = "aco"
     Config = ACOConfig
+    config: ACOConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "mask_generator", "steps_done")
     headline_metric = ("test_accuracy", "max")
@@ -51,7 +51,7 @@ class ACOWorkload(Workload):
         self.mask_generator = seeds.torch("train.masks")
         self.steps_done = 0
 
-    def build_model(self) -> nn.Module:
+    def build_model(self) -> MaskedClassifier:
         return MaskedClassifier(self.train_set.x.shape[1], self.train_set.num_classes, self.config.hidden)
 
     def settings(self, cost: float | None = None) -> AcquisitionSettings:

@@ -8,7 +8,8 @@ adaptation; the synthetic buffer is a ring that forgets its oldest imagined tran
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, SupportsFloat
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ class Buffer:
         self.size, self.cursor = 0, 0
         self.episodes: list[tuple[int, int, bool]] = []  # (first index, end index, reached the goal)
 
-    def add(self, transitions: dict[str, np.ndarray]) -> None:
+    def add(self, transitions: Mapping[str, np.ndarray | Sequence[SupportsFloat]]) -> None:
         """Append a batch of transitions (arrays keyed like ``KEYS``)."""
         count = len(transitions["act"])
         index = (self.cursor + np.arange(count)) % self.capacity

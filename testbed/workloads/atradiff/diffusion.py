@@ -38,6 +38,9 @@ class VectorDenoiser(nn.Module):
     """
 
     SIGMA_DATA = 0.5
+    abar: torch.Tensor  # a registered buffer
+    inp: nn.Module  # TemporalDenoiser's are convolutions
+    out: nn.Module
 
     def __init__(self, dim: int, hidden: int, blocks: int, abar: torch.Tensor):
         super().__init__()
@@ -70,7 +73,10 @@ def _clean(x: torch.Tensor, out: torch.Tensor, sigma2: torch.Tensor, known: torc
     """EDM's c_skip x + c_out F, with the known entries put back."""
     sd2 = VectorDenoiser.SIGMA_DATA**2
     estimate = sd2 / (sigma2 + sd2) * x + sigma2.sqrt() * VectorDenoiser.SIGMA_DATA / (sigma2 + sd2).sqrt() * out
-    return estimate if mask is None else torch.where(mask, known, estimate)
+    if mask is None:
+        return estimate
+    assert known is not None  # a mask comes with its known values
+    return torch.where(mask, known, estimate)
 
 
 class TemporalDenoiser(VectorDenoiser):
@@ -97,8 +103,11 @@ class TemporalDenoiser(VectorDenoiser):
         sigma2, sd2 = (1 - a) / a, self.SIGMA_DATA**2
         x = noisy / a.sqrt()
         embedding = noise_embedding(sigma2)
-        given = torch.zeros_like(x) if mask is None else torch.where(mask, known, 0.0)
-        flags = torch.zeros_like(x) if mask is None else mask.to(x.dtype).expand_as(x)
+        if mask is None:
+            given, flags = torch.zeros_like(x), torch.zeros_like(x)
+        else:
+            assert known is not None  # a mask comes with its known values
+            given, flags = torch.where(mask, known, 0.0), mask.to(x.dtype).expand_as(x)
         groups = torch.stack([x / (sigma2 + sd2).sqrt(), given, flags], 1)  # [B, 3, L * CHANNELS]
         h = self.inp(groups.reshape(len(x), 3, self.length, CHANNELS).permute(0, 1, 3, 2)
                      .reshape(len(x), 3 * CHANNELS, self.length))

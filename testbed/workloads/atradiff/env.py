@@ -28,7 +28,7 @@ SCALE = np.array([0.9, 0.07, 1.0, np.log1p(100.0), 0.5], dtype=np.float32)
 def make_env(power: float) -> gym.Env:
     """The unwrapped environment (no time limit: episodes are cut at ``MAX_STEPS`` by the caller)."""
     env = gym.make(ENV_ID).unwrapped
-    env.power = power
+    env.power = power  # type: ignore[attr-defined]  # gymnasium types unwrapped as Env, not the car
     return env
 
 

@@ -10,7 +10,7 @@ transitions, trained and adapted the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from testbed.workloads.atradiff.buffer import Buffer
 from testbed.workloads.training import optimizer_step
 
 
-def _train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, data: torch.Tensor, steps: int,
+def _train(model: diffusion.VectorDenoiser, optimizer: torch.optim.Optimizer, data: torch.Tensor, steps: int,
            batch: int, generator: torch.Generator, mask: torch.Tensor | None = None) -> float:
     total = 0.0
     for _ in range(steps):
@@ -37,8 +37,9 @@ def _important(model: diffusion.VectorDenoiser, candidates: torch.Tensor, keep: 
     if len(candidates) == 0:
         return candidates
     with torch.no_grad():
-        losses = sum(diffusion.denoising_loss(model, candidates, torch.Generator().manual_seed(seed + k), reduce=False,
-                                              mask=mask) for k in range(4))
+        losses = cast(torch.Tensor, sum(  # a sum of tensors
+            diffusion.denoising_loss(model, candidates, torch.Generator().manual_seed(seed + k), reduce=False,
+                                     mask=mask) for k in range(4)))
     count = max(1, int(round(keep * len(candidates))))
     return candidates[losses.argsort(descending=True)[:count]]
 

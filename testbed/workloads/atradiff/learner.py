@@ -72,7 +72,8 @@ class OnlineLoop:
         return returns
 
     def state_dict(self) -> dict[str, Any]:
-        physical = None if self.obs is None else torch.from_numpy(np.array(self.env.unwrapped.state).copy())
+        physical = (None if self.obs is None  # gymnasium types unwrapped as Env, not Continuous_MountainCarEnv
+                    else torch.from_numpy(np.array(self.env.unwrapped.state).copy()))  # type: ignore[attr-defined]
         return {"agent": self.agent.state_dict(), "agent_opt": self.agent.optimizer_states(),
                 "real": self.real.state_dict(), "rng": self.rng.get_state(), "env_steps": self.env_steps,
                 "episodes": self.episodes, "obs": None if self.obs is None else torch.from_numpy(self.obs.copy()),
@@ -87,7 +88,8 @@ class OnlineLoop:
         self.env_steps, self.episodes = state["env_steps"], state["episodes"]
         self.obs = None if state["obs"] is None else state["obs"].numpy().copy()
         if state["physical"] is not None:
-            self.env.unwrapped.state = state["physical"].numpy().copy()
+            # gymnasium types unwrapped as Env, not Continuous_MountainCarEnv
+            self.env.unwrapped.state = state["physical"].numpy().copy()  # type: ignore[attr-defined]
         first, steps, ret = state["episode"]
         self.episode_first, self.episode_steps, self.episode_return = int(first), int(steps), float(ret)
         self.episode_returns = [float(r) for r in state["episode_returns"]]

@@ -70,8 +70,9 @@ class DynamicsSection(ArraySection):
         fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
         top = max(np.percentile(changes, 99), np.percentile(errors, 99), 1e-6)
         bins = np.linspace(0, top, 40)
-        ax.hist(changes, bins=bins, alpha=0.5, label="|s' - s| (step size)")
-        ax.hist(errors, bins=bins, alpha=0.6, label="|s' - f(s, a)| (dynamics error)")
+        # matplotlib's stub types bins as a sequence, not an array
+        ax.hist(changes, bins=bins, alpha=0.5, label="|s' - s| (step size)")  # type: ignore[arg-type]
+        ax.hist(errors, bins=bins, alpha=0.6, label="|s' - f(s, a)| (dynamics error)")  # type: ignore[arg-type]
         ax.set(xlabel="scaled state distance", ylabel="transitions")
         ax.legend(fontsize=8)
         ratio = errors.mean() / max(changes.mean(), 1e-12)

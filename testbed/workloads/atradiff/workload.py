@@ -36,6 +36,7 @@ class ATraDiffWorkload(Workload):
 
     name = "atradiff"
     Config = ATraDiffConfig
+    config: ATraDiffConfig
     check = staticmethod(check)
     headline_metric = ("test_return", "max")
     report_sections = SECTIONS
@@ -95,6 +96,7 @@ class ATraDiffWorkload(Workload):
 
     def _imagine(self) -> None:
         """One round of imagination into the synthetic buffer."""
+        assert self.generator is not None  # called only for the variants with a generator
         c = self.config
         if isinstance(self.generator, TrajectoryGenerator):
             real = self.loop.real
@@ -111,6 +113,7 @@ class ATraDiffWorkload(Workload):
 
     def imagined_for_evaluation(self) -> dict[str, Any]:
         """Imagined data from fixed starts and noise, for the dynamics and length metrics."""
+        assert self.generator is not None  # called only for the variants with a generator
         generator = self.seeds.torch("eval.imagine")
         if isinstance(self.generator, TrajectoryGenerator):
             pieces = self.generator.generate(self.eval_starts, self.config.sample_steps, generator)

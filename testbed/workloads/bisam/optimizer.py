@@ -21,8 +21,9 @@ statistics during the perturbed pass, so statistics of ``w + eps`` never reach t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn

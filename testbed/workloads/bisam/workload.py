@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from testbed.config import StrictModel
 from testbed.data import Dataset
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
@@ -26,6 +27,7 @@ from testbed.workloads.bisam.config import BiSAMConfig, check
 from testbed.workloads.bisam.optimizer import BiSAM
 from testbed.workloads.bisam.report import PerturbationProfileSection
 from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, zero_one_loss
+from testbed.workloads.classifier.config import ClassifierConfig
 from testbed.workloads.classifier.model import BatchStream, evaluate_model, make_optimizer
 from testbed.workloads.classifier.report import ConfusionSection
 from testbed.workloads.classifier.workload import ClassifierWorkload
@@ -66,7 +68,7 @@ def train_sharpness_steps(model: nn.Module, optimizer: BiSAM, data: Dataset, str
         batch = stream.next()
         last_logits: list[torch.Tensor] = []
 
-        def closure(loss_fn):
+        def closure(loss_fn, batch=batch, last_logits=last_logits):  # called within this iteration's step
             last_logits[:] = [model(x[batch])]
             return loss_fn(last_logits[0], y[batch])
 
@@ -97,10 +99,11 @@ def train_sharpness_epochs(model: nn.Module, optimizer: BiSAM, data: Dataset, ep
             if len(batch) < 2 <= len(y):
                 continue  # batch norm cannot train on a single sample
 
-            def closure(loss_fn):
+            def closure(loss_fn, batch=batch):  # called within this iteration's step
                 loss = loss_fn(model(x[batch]), y[batch])
                 if proximal_mu > 0 and not optimizer.in_ascent:
-                    loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), anchor))
+                    loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum()
+                                                        for p, a in zip(model.parameters(), anchor))
                 return loss
 
             total, batches = total + float(optimizer.step(closure)), batches + 1
@@ -149,6 +152,8 @@ class BiSAMWorkload(ClassifierWorkload):
 
     name = "bisam"
     Config = BiSAMConfig
+    config: BiSAMConfig
+    optimizer: BiSAM  # built by optimizer_for
     check = staticmethod(check)
     report_sections = [PerturbationProfileSection(), ConfusionSection()]
 
@@ -160,12 +165,14 @@ class BiSAMWorkload(ClassifierWorkload):
         self.train_set = Dataset(train.name, train.x, noisy, train.num_classes, train.image_shape)
 
     @classmethod
-    def optimizer_for(cls, model: nn.Module, config: BiSAMConfig) -> BiSAM:
+    def optimizer_for(cls, model: nn.Module, config: ClassifierConfig) -> BiSAM:
+        assert isinstance(config, BiSAMConfig)  # called by __init__ with the workload's own config
         return make_sharpness_optimizer(model, config)
 
     @classmethod
-    def fit_client(cls, model: nn.Module, data: Dataset, config: BiSAMConfig, epochs: int,
+    def fit_client(cls, model: nn.Module, data: Dataset, config: StrictModel, epochs: int,
                    generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        assert isinstance(config, BiSAMConfig)  # the federated setup validates the workload's own Config
         optimizer = make_sharpness_optimizer(model, config)
         return train_sharpness_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
 

@@ -7,17 +7,26 @@ adds the train/test split, the checkpointed batch stream and the federated hooks
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
+from testbed.config import StrictModel
 from testbed.data import Dataset, load_selected, train_test_split
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.classifier.config import ClassifierConfig, check
 from testbed.workloads.classifier.model import (
-    BatchStream, build_classifier, confusion_matrix, evaluate_model, make_optimizer, train_epochs, train_steps,
+    BatchStream,
+    build_classifier,
+    confusion_matrix,
+    evaluate_model,
+    make_optimizer,
+    train_epochs,
+    train_steps,
 )
 from testbed.workloads.classifier.report import ConfusionSection
 
@@ -27,7 +36,8 @@ class ClassifierWorkload(FederatedWorkload):
 
     name = "classifier"
     Config = ClassifierConfig
-    check = staticmethod(check)
+    config: ClassifierConfig
+    check: Callable[..., None] = staticmethod(check)  # subclasses (bisam) check their own Config
     checkpointed = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
@@ -52,12 +62,14 @@ class ClassifierWorkload(FederatedWorkload):
         return build_classifier(self.config, self.train_set)
 
     @classmethod
-    def model_for(cls, config: ClassifierConfig, data: Dataset) -> nn.Module:
+    def model_for(cls, config: StrictModel, data: Dataset) -> nn.Module:
+        assert isinstance(config, ClassifierConfig)  # the federated setup validates the workload's own Config
         return build_classifier(config, data)
 
     @classmethod
-    def fit_client(cls, model: nn.Module, data: Dataset, config: ClassifierConfig, epochs: int,
+    def fit_client(cls, model: nn.Module, data: Dataset, config: StrictModel, epochs: int,
                    generator: torch.Generator, proximal_mu: float = 0.0) -> float:
+        assert isinstance(config, ClassifierConfig)  # the federated setup validates the workload's own Config
         optimizer = make_optimizer(model, config)
         return train_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
 

@@ -16,7 +16,7 @@ VP diffusion with the DDPM linear schedule: ``x_t = sqrt(abar_t) x_0 + sqrt(1 - 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -60,7 +60,11 @@ class Denoiser(nn.Module):
                                  nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, dim))
 
     def forward(self, x_t: torch.Tensor, t: torch.Tensor, estimate: torch.Tensor | None = None) -> torch.Tensor:
-        features = [x_t] + ([estimate] if self.conditioned else []) + [time_features(t, self.steps)]
+        features = [x_t]
+        if self.conditioned:
+            assert estimate is not None  # a conditioned denoiser is given its estimate
+            features.append(estimate)
+        features.append(time_features(t, self.steps))
         return x_t - self.net(torch.cat(features, dim=1))
 
 

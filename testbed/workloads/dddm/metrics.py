@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -89,8 +90,9 @@ def train_features(images: torch.Tensor, labels: torch.Tensor, seed: int, steps:
 def pseudo_lpips(features: DigitFeatures, c: float):
     """The Pseudo-LPIPS-style metric ``sqrt(LPIPS_phi(a, b) + c^2) - c`` (per sample)."""
     def metric(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        lpips = sum(((nn.functional.normalize(fa, dim=1) - nn.functional.normalize(fb, dim=1)) ** 2).sum(1)
-                    for fa, fb in zip(features.layers(a), features.layers(b))) / 2
+        lpips = cast(torch.Tensor, sum(  # a sum of tensors
+            ((nn.functional.normalize(fa, dim=1) - nn.functional.normalize(fb, dim=1)) ** 2).sum(1)
+            for fa, fb in zip(features.layers(a), features.layers(b)))) / 2
         return (lpips + c * c).sqrt() - c
     return metric
 
@@ -101,9 +103,9 @@ def frechet_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     ``tr sqrt(C_a C_b)`` is computed as ``tr sqrt(C_a^1/2 C_b C_a^1/2)`` from symmetric
     eigendecompositions, which stays defined when a covariance is singular (collapsed samples).
     """
-    a, b = a.double().numpy(), b.double().numpy()
-    mean_a, mean_b = a.mean(0), b.mean(0)
-    cov_a, cov_b = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    a_np, b_np = a.double().numpy(), b.double().numpy()
+    mean_a, mean_b = a_np.mean(0), b_np.mean(0)
+    cov_a, cov_b = np.cov(a_np, rowvar=False), np.cov(b_np, rowvar=False)
     values, vectors = np.linalg.eigh(cov_a)
     root_a = (vectors * np.sqrt(np.clip(values, 0, None))) @ vectors.T
     cross = np.sqrt(np.clip(np.linalg.eigvalsh(root_a @ cov_b @ root_a), 0, None)).sum()

@@ -32,6 +32,7 @@ class DDDMWorkload(Workload):
 
     name = "dddm"
     Config = DDDMConfig
+    config: DDDMConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "train_rng", "estimates", "steps_done")
     headline_metric = ("test_distance_1", "min")
@@ -61,7 +62,7 @@ class DDDMWorkload(Workload):
         self.estimates = torch.randn(self.train_x.shape, generator=seeds.torch("buffer.init"))
         self.steps_done = 0
 
-    def build_model(self) -> torch.nn.Module:
+    def build_model(self) -> diffusion.Denoiser:
         return diffusion.Denoiser(self.dim, self.config.hidden, self.config.diffusion_steps,
                                   conditioned=self.config.variant == "dddm")
 

@@ -18,7 +18,7 @@ cross-entropy (the hybrid loss).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.nn import functional as F

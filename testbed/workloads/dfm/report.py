@@ -98,8 +98,9 @@ class ConsistencySection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
         bins = np.linspace(0, max(arrays["rmsd_random"].max(), 1.0), 40)
-        ax.hist(arrays["rmsd_codesign"], bins=bins, alpha=0.7, label="co-designed pairs")
-        ax.hist(arrays["rmsd_random"], bins=bins, alpha=0.7, label="random pairing")
+        # matplotlib's stub types bins as a sequence, not an array
+        ax.hist(arrays["rmsd_codesign"], bins=bins, alpha=0.7, label="co-designed pairs")  # type: ignore[arg-type]
+        ax.hist(arrays["rmsd_random"], bins=bins, alpha=0.7, label="random pairing")  # type: ignore[arg-type]
         ax.axvline(float(arrays["rmsd_threshold"]), color="k", ls="--", label="threshold")
         ax.set(xlabel="RMSD after superposition (bond lengths)", ylabel="pairs")
         ax.legend(fontsize=8)

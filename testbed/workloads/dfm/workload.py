@@ -34,6 +34,7 @@ class DFMWorkload(Workload):
 
     name = "dfm"
     Config = DFMConfig
+    config: DFMConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "train_rng", "steps_done")
     headline_metric = ("test_validity", "max")
@@ -90,6 +91,7 @@ class DFMWorkload(Workload):
         return ctmc.d3pm_loss(self.model(x_t, t), x1, x_t, k, config.sample_steps, config.vocab, config.ce_weight)
 
     def _codesign_loss(self) -> torch.Tensor:
+        assert isinstance(self.model, JointNet)  # the codesign task's model
         batch = torch.randint(0, len(self.train_seq), (self.config.batch_size,), generator=self.train_rng)
         return chains.joint_loss(self.model, self.train_coords[batch] / self.scale, self.train_seq[batch],
                                  self.config.fold_prop, self.train_rng)

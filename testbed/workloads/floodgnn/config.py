@@ -51,7 +51,8 @@ def check(config: FloodGNNConfig, data: DataConfig) -> None:
     """Reject config/data combinations that cannot work."""
     from matplotlib import cbook  # imported on use: the schema never loads matplotlib
 
-    dem_rows, dem_cols = cbook.get_sample_data(DEM_FILE)["elevation"].shape
+    # matplotlib's stub omits the NpzFile that an .npz sample opens as
+    dem_rows, dem_cols = cbook.get_sample_data(DEM_FILE)["elevation"].shape  # type: ignore[index]
     if config.region_size > min(dem_rows, dem_cols) // 3:
         raise ScenarioError(f"workload.region_size: {config.region_size} exceeds a ninth of the "
                             f"{dem_rows}x{dem_cols} DEM (at most {min(dem_rows, dem_cols) // 3})")

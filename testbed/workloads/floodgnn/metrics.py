@@ -10,14 +10,14 @@ alarms) of the wet cells (depth above 0.001 m and 0.01 m).
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from testbed.workloads.floodgnn.data import Batch, transform
+from testbed.workloads.floodgnn.models import FloodModel
 
 CSI_THRESHOLDS_M = {"001": 0.001, "01": 0.01}
 
 
-def rollout(model: nn.Module, batch: Batch, steps: int) -> torch.Tensor:
+def rollout(model: FloodModel, batch: Batch, steps: int) -> torch.Tensor:
     """Predicted transformed depth after each of ``steps`` steps from a dry start (steps x nodes)."""
     depth = torch.zeros_like(batch.elevation, dtype=torch.float32)
     q = model.initial_flux(batch.edges)

@@ -34,6 +34,7 @@ def mlp(sizes: list[int], bias: bool = True) -> nn.Sequential:
 def zero_last_layer(network: nn.Sequential) -> nn.Sequential:
     """Start a residual head at zero output, so an untrained model predicts "no change" instead of drifting."""
     last = network[-1]
+    assert isinstance(last, nn.Linear)  # mlp ends with a linear layer
     nn.init.zeros_(last.weight)
     if last.bias is not None:
         nn.init.zeros_(last.bias)
@@ -122,6 +123,10 @@ class RainIncrement(nn.Module):
     def forward(self, rain: torch.Tensor, depth: torch.Tensor, elevation: torch.Tensor, q: torch.Tensor,
                 edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return depth + self.alpha * rain, q
+
+
+# The three variants' step models (`rollout` calls their `initial_flux` and steps them).
+FloodModel = ComGNN | MessagePassingGNN | RainIncrement
 
 
 def parameter_count(model: nn.Module) -> int:

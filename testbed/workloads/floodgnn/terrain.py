@@ -23,7 +23,8 @@ _NEIGHBOURS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1,
 
 def load_dem() -> np.ndarray:
     """The bundled Jacksboro-fault elevation grid in metres (float64)."""
-    return np.asarray(cbook.get_sample_data(DEM_FILE)["elevation"], dtype=np.float64)
+    # matplotlib's stub omits the NpzFile that an .npz sample opens as
+    return np.asarray(cbook.get_sample_data(DEM_FILE)["elevation"], dtype=np.float64)  # type: ignore[index]
 
 
 def regions(size: int) -> list[np.ndarray]:

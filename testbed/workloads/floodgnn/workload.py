@@ -28,8 +28,14 @@ from testbed.workloads.base import Workload
 from testbed.workloads.floodgnn.config import FloodGNNConfig, check
 from testbed.workloads.floodgnn.data import Batch, FloodData
 from testbed.workloads.floodgnn.metrics import flood_loss, metrics_at, rmse_per_step, rollout
-from testbed.workloads.floodgnn.models import (ComGNN, RainIncrement, fit_rain_increment, matched_baseline,
-                                               parameter_count)
+from testbed.workloads.floodgnn.models import (
+    ComGNN,
+    FloodModel,
+    RainIncrement,
+    fit_rain_increment,
+    matched_baseline,
+    parameter_count,
+)
 from testbed.workloads.floodgnn.report import DepthMapSection, ErrorGrowthSection
 
 
@@ -38,6 +44,7 @@ class FloodGNNWorkload(Workload):
 
     name = "floodgnn"
     Config = FloodGNNConfig
+    config: FloodGNNConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "steps_done")
     headline_metric = ("test_rmse", "min")
@@ -58,7 +65,7 @@ class FloodGNNWorkload(Workload):
         self.optimizer = torch.optim.Adam(trainable, lr=config.lr) if trainable else None
         self.steps_done = 0
 
-    def build_model(self) -> nn.Module:
+    def build_model(self) -> FloodModel:
         config = self.config
         if config.variant == "rainincr":
             return RainIncrement(float(self.rain_increment.alpha))
@@ -80,7 +87,7 @@ class FloodGNNWorkload(Workload):
             total += float(loss.detach())
         return {"train_loss": total / steps}
 
-    def predict(self, batch: Batch, model: nn.Module | None = None) -> torch.Tensor:
+    def predict(self, batch: Batch, model: FloodModel | None = None) -> torch.Tensor:
         """Transformed depth rollouts (steps x nodes) of the variant's model, or of ``model``."""
         with torch.no_grad():
             return rollout(model or self.model, batch, self.config.rollout_steps)

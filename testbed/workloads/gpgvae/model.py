@@ -23,6 +23,9 @@ from testbed.workloads.training import optimizer_step
 class TypeClassifier(nn.Module):
     """p(complement | spectrum features): the gate of the prior."""
 
+    mean: torch.Tensor  # buffers registered by train_type_classifier
+    std: torch.Tensor
+
     def __init__(self, features: int = 20, hidden: int = 64):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),

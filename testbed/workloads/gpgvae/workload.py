@@ -13,6 +13,8 @@ Example: ``testbed run scenarios/workloads/gpgvae.yaml --no-sweep --set workload
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
@@ -39,6 +41,7 @@ class GPGVAEWorkload(Workload):
 
     name = "gpgvae"
     Config = GPGVAEConfig
+    config: GPGVAEConfig
     check = staticmethod(check)
     checkpointed = ("encoder", "slope", "log_scale", "optimizer", "baseline", "train_rng", "steps_done")
     headline_metric = ("test_auc_substitute", "max")
@@ -59,7 +62,8 @@ class GPGVAEWorkload(Workload):
         self.slope = torch.zeros(count, requires_grad=True)  # per-graph best-response slope of the decoder
         self.log_scale = torch.full((count,), float(np.log(self.actions.std())), requires_grad=True)
         # The per-graph decoder scalars learn ten times faster than the shared encoder.
-        groups = [{"params": self.encoder.parameters()}, {"params": [self.slope, self.log_scale], "lr": 10 * config.lr}]
+        groups: list[dict[str, Any]] = [{"params": self.encoder.parameters()},
+                                        {"params": [self.slope, self.log_scale], "lr": 10 * config.lr}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr)
         # Moving average of each graph's NLL, started at its value under the initial decoder (slope 0,
         # where the NLL does not depend on A).

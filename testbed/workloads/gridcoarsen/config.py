@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
 Equation = Literal["parabolic", "wave"]
+
+
+def _default_equations() -> list[Equation]:  # a named factory: mypy infers a lambda's list as list[str]
+    return ["parabolic", "wave"]
 Variant = Literal["optimised", "kmeans", "random"]
 
 # Fixed points of every grid (`testbed.workloads.gridcoarsen.problem`): the source first, then the
@@ -26,7 +30,7 @@ class GridCoarsenConfig(StrictModel):
     """Fine problem, solvers, coarsening variant and the optimiser of the coarse points."""
 
     variant: Variant = "optimised"
-    equations: list[Equation] = Field(default_factory=lambda: ["parabolic", "wave"])
+    equations: list[Equation] = Field(default_factory=_default_equations)
     reductions: list[int] = Field(default_factory=lambda: [2, 5, 10], description="coarsening factors N_fine / N")
     side: int = Field(22, ge=6, le=60, description="fine grid: side x side stratified random points")
     contrast: float = Field(1.0, ge=0, description="log-permeability amplitude of the sinusoidal field")

@@ -48,6 +48,7 @@ class GridCoarsenWorkload(Workload):
 
     name = "gridcoarsen"
     Config = GridCoarsenConfig
+    config: GridCoarsenConfig
     check = staticmethod(check)
     headline_metric = ("test_worst_ratio", "min")
     report_sections = [ReductionSection(), GridSection(), CurvesSection()]
@@ -61,7 +62,7 @@ class GridCoarsenWorkload(Workload):
         self.baselines: dict[tuple[Variant, Equation, int], CoarseModel] = {}
         for r in config.reductions:
             size = len(self.fine.points) // r
-            grids = {"kmeans": kmeans_grid(self.fine, size, seeds.integer(f"grid.kmeans.{r}")),
+            grids: dict[Variant, Grid] = {"kmeans": kmeans_grid(self.fine, size, seeds.integer(f"grid.kmeans.{r}")),
                      "random": random_grid(self.fine, size, seeds.numpy(f"grid.random.{r}"))}
             for eq in config.equations:
                 for kind, grid in grids.items():

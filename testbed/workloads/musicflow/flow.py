@@ -37,7 +37,10 @@ class FlowNet(nn.Module):
                 text: torch.Tensor, cond: torch.Tensor | None = None) -> torch.Tensor:
         """``x_t, context``: [B, T, dim]; ``t``: [B]; ``mask``: [B, T]; ``text``: [B] (-1: none);
         ``cond``: [B, T, c]."""
-        parts = [x_t, context, mask[..., None]] + ([cond] if self.cond_dim else [])
+        parts = [x_t, context, mask[..., None]]
+        if self.cond_dim:
+            assert cond is not None  # a conditioned stage is given its condition
+            parts.append(cond)
         text_index = torch.where(text < 0, torch.full_like(text, self.num_text), text)
         h = self.inp(torch.cat(parts, -1)) + self.pos[: x_t.shape[1]]
         h = h + (self.text(text_index) + self.time(time_embedding(t, h.shape[-1])))[:, None]

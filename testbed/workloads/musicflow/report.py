@@ -37,7 +37,8 @@ class StepsSection(ArraySection):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         rows = [(int(s), int(e), float(f)) for s, e, f in zip(arrays["fd_steps"], evaluations, arrays["fd"])]
-        return figure_image(fig, out_dir / "musicflow-steps.png") + table(rows, ("steps per stage", "evaluations", "FD"))
+        return figure_image(fig, out_dir / "musicflow-steps.png") + table(rows,
+                                                                          ("steps per stage", "evaluations", "FD"))
 
 
 class SpectrogramSection(ArraySection):

@@ -11,6 +11,8 @@ Example: ``testbed run scenarios/workloads/musicflow.yaml --set workload.variant
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
@@ -30,6 +32,7 @@ class MusicFlowWorkload(Workload):
 
     name = "musicflow"
     Config = MusicFlowConfig
+    config: MusicFlowConfig
     check = staticmethod(check)
     checkpointed = ("stages", "optimizer", "train_rng", "steps_done")
     headline_metric = ("test_infill_mse", "min")
@@ -78,7 +81,8 @@ class MusicFlowWorkload(Workload):
         cond = clips.semantic[index] if name == "acoustic" and self.cascade else None
         full_prob = 1.0 if cfg.variant == "nomask" else cfg.full_mask_prob
         mask = flow.training_mask(len(index), data.FRAMES, full_prob, cfg.span_min, self.train_rng)
-        return flow.masked_fm_loss(self.stages[name], target, text, mask, cond, cfg.sigma_min, self.train_rng)
+        stage = cast(flow.FlowNet, self.stages[name])  # build_model fills the dict with FlowNets
+        return flow.masked_fm_loss(stage, target, text, mask, cond, cfg.sigma_min, self.train_rng)
 
     def train(self, steps: int) -> dict[str, float]:
         self.stages.train()
@@ -88,14 +92,15 @@ class MusicFlowWorkload(Workload):
             dropped = torch.rand(len(index), generator=self.train_rng) < self.config.text_dropout
             text = torch.where(dropped, flow.NULL_TEXT, self.train_set.labels[index])
             losses = {name: self._stage_loss(name, index, text) for name in self.stages}
-            optimizer_step(self.optimizer, sum(losses.values()))
+            optimizer_step(self.optimizer, cast(torch.Tensor, sum(losses.values())))  # a sum of tensors
             for name, loss in losses.items():
                 totals[f"train_loss_{name}"] = totals.get(f"train_loss_{name}", 0.0) + loss.item()
             self.steps_done += 1
         return {key: value / steps for key, value in totals.items()}
 
     def _sample(self, name: str, text: torch.Tensor, steps: int, generator: torch.Generator, **kwargs) -> torch.Tensor:
-        return flow.euler_sample(self.stages[name], text, steps, generator, guidance=self.config.guidance,
+        stage = cast(flow.FlowNet, self.stages[name])  # build_model fills the dict with FlowNets
+        return flow.euler_sample(stage, text, steps, generator, guidance=self.config.guidance,
                                  sigma_min=self.config.sigma_min, **kwargs)
 
     def generate(self, labels: torch.Tensor, steps: int, generator: torch.Generator) -> torch.Tensor:

@@ -83,7 +83,8 @@ def pgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, norm: Norm, epsilon:
         fooled |= wrong
         if fooled.all() or iterate == steps:
             break
-        objective = F.cross_entropy(logits, y, reduction="sum") if loss == "ce" else margin_loss(logits, y, targets).sum()
+        objective = (F.cross_entropy(logits, y, reduction="sum") if loss == "ce"
+                     else margin_loss(logits, y, targets).sum())
         grad, = torch.autograd.grad(objective, delta)
         delta = project(delta.detach() + _ascent_step(grad, norm, step_size), x, norm, epsilon)
     # Samples never fooled return the last iterate.
@@ -189,7 +190,7 @@ def patch_robust(model: nn.Module, x: torch.Tensor, y: torch.Tensor, size: int, 
     if not len(alive):
         return robust
     xs, ys = x[alive], y[alive]
-    masks = patch_masks(tuple(x.shape[-2:]), size)
+    masks = patch_masks((x.shape[-2], x.shape[-1]), size)
     clean = xs.clone().requires_grad_(True)
     saliency, = torch.autograd.grad(F.cross_entropy(model(clean), ys, reduction="sum"), clean)
     mass = torch.einsum("nchw,pchw->np", saliency.abs(), masks)

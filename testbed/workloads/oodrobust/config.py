@@ -13,6 +13,20 @@ from testbed.errors import ScenarioError
 if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
+Corruption = Literal["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
+                     "brightness", "translate", "elastic"]
+Threat = Literal["linf_large", "l2", "rotation", "patch"]
+
+
+# Named factories: mypy infers a lambda's list as list[str].
+def _all_corruptions() -> list[Corruption]:
+    return ["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast", "brightness", "translate",
+            "elastic"]
+
+
+def _all_threats() -> list[Threat]:
+    return ["linf_large", "l2", "rotation", "patch"]
+
 
 class OodConfig(StrictModel):
     """OODRobustBench's evaluation of a final model (``testbed.workloads.oodrobust.benchmark.evaluate_ood``).
@@ -27,14 +41,10 @@ class OodConfig(StrictModel):
     restarts: int = Field(2, gt=0, description="PGD-CE starts (the first from the clean input)")
     margin_classes: int = Field(3, ge=0, description="MM-k: targeted margin attacks on the top-k wrong classes")
     id_attack: Literal["ensemble", "pgd"] = Field("ensemble", description="pgd: one PGD-CE run (weaker)")
-    corruptions: list[Literal["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
-                              "brightness", "translate", "elastic"]] = Field(
-        default_factory=lambda: ["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
-                                 "brightness", "translate", "elastic"])
+    corruptions: list[Corruption] = Field(default_factory=_all_corruptions)
     severities: list[Annotated[int, Field(ge=1, le=5)]] = Field(default_factory=lambda: [2, 4], min_length=1)
     natural: bool = Field(True, description="the typeset-digits shift (8x8 digits only)")
-    threats: list[Literal["linf_large", "l2", "rotation", "patch"]] = Field(
-        default_factory=lambda: ["linf_large", "l2", "rotation", "patch"])
+    threats: list[Threat] = Field(default_factory=_all_threats)
     linf_large_scale: float = Field(1.5, gt=1, description="linf_large budget = scale * epsilon")
     l2_epsilon: float = Field(0.5, gt=0)
     rotation_degrees: float = Field(15.0, gt=0, le=180)

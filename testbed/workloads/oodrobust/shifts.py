@@ -9,14 +9,15 @@ severity sample by sample for the additive corruptions, and on average for all o
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 from torch.nn import functional as F
 
 CorruptionName = Literal["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_blur", "contrast",
                          "brightness", "translate", "elastic"]
-CORRUPTIONS: tuple[str, ...] = CorruptionName.__args__
+CORRUPTIONS: tuple[str, ...] = get_args(CorruptionName)
 
 # Parameter per severity 1..5 (index 0 unused so that SEVERITY[s] reads naturally).
 NOISE_STD = (0.0, 0.08, 0.14, 0.2, 0.28, 0.38)

@@ -13,7 +13,7 @@ number of ink pixels counted in each 4x4 block, 0..16, here divided by 16).
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +30,7 @@ FONT_FILES = (
 RENDER_POINTS = 64
 
 
-@lru_cache(maxsize=None)
+@cache
 def glyph_bitmap(font_file: str, digit: int) -> np.ndarray:
     """The anti-aliased glyph of ``digit`` in one of matplotlib's bundled fonts, values in [0, 1]."""
     from matplotlib.ft2font import FT2Font

@@ -32,6 +32,7 @@ class OODRobustWorkload(Workload):
 
     name = "oodrobust"
     Config = OODRobustConfig
+    config: OODRobustConfig
     check = staticmethod(check)
     headline_metric = ("test_fit_d_r2", "max")
     report_sections = [OodScatterSection(), ShiftTableSection()]

@@ -12,6 +12,7 @@ the attention-mask test).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -43,7 +44,7 @@ def render_event(kind: int, length: int, rng: np.random.Generator) -> np.ndarray
         wave = np.fft.irfft(spectrum, length)
         wave /= np.abs(wave).max()
     else:
-        wave = sum(np.sin(2 * np.pi * 110 * k * time) / k for k in range(1, 6)) / 1.5
+        wave = cast(np.ndarray, sum(np.sin(2 * np.pi * 110 * k * time) / k for k in range(1, 6))) / 1.5  # of arrays
     fade = np.minimum(1, np.minimum(np.arange(length), np.arange(length)[::-1]) / (0.005 * SAMPLE_RATE))
     return rng.uniform(0.5, 1.0) * fade * wave
 

@@ -60,7 +60,9 @@ def real_segments(clips: EventSet) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         masks.append((clips.frames[present] == kind).float())
         labels.append(torch.full((int(present.sum()),), kind + 1))
     quiet = (clips.frames < 0).float()
-    xs.append(clips.features), masks.append(quiet), labels.append(torch.zeros(len(quiet), dtype=torch.long))
+    xs.append(clips.features)
+    masks.append(quiet)
+    labels.append(torch.zeros(len(quiet), dtype=torch.long))
     return torch.cat(xs), torch.cat(masks), torch.cat(labels)
 
 

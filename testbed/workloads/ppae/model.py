@@ -52,7 +52,7 @@ class CrossAttention(nn.Module):
 
     def forward(self, h: torch.Tensor, text: torch.Tensor, control: AttentionControl | None) -> torch.Tensor:
         batch, frames, hidden = h.shape
-        split = lambda x: x.view(batch, -1, self.heads, hidden // self.heads).transpose(1, 2)  # noqa: E731
+        split = lambda x: x.view(batch, -1, self.heads, hidden // self.heads).transpose(1, 2)
         q, k, v = split(self.query(h)), split(self.key(text)), split(self.value(text))
         probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(hidden // self.heads), dim=-1)
         if control is not None:

@@ -32,6 +32,7 @@ class PPAEWorkload(Workload):
 
     name = "ppae"
     Config = PPAEConfig
+    config: PPAEConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "train_rng", "steps_done")
     headline_metric = ("test_lsd_outside", "min")

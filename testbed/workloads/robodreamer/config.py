@@ -29,7 +29,9 @@ class RoboDreamerConfig(StrictModel):
     guidance: float = Field(4.0, gt=0, description="w of Alg. 2 (w = K is the plain product of experts)")
     p_uncond: float = Field(0.1, ge=0, lt=1, description="share of training rows with the null condition")
     lr: float = Field(1e-3, gt=0)
-    batch_size: int = Field(32, gt=0)
+    # Each sample is a whole rendered video through the denoiser: 1024 of them take about half a GB,
+    # and a batch of 100,000 would exhaust the memory of any machine before the first step.
+    batch_size: int = Field(32, gt=0, le=1024)
     held_out_share: float = Field(0.25, gt=0, lt=0.5, description="share of move combinations never trained on")
     eval_per_combo: int = Field(4, gt=0, description="evaluation scenes per combination")
 

@@ -73,6 +73,7 @@ class VideoDenoiser(nn.Module):
     """
 
     SIGMA_DATA = 0.3  # about the spread of (frame - first frame) in the grid world
+    abar: torch.Tensor  # a registered buffer
 
     def __init__(self, grid: int, frames: int, channels: int, embed: int, blocks: int, abar: torch.Tensor):
         super().__init__()

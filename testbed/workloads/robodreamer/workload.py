@@ -36,6 +36,7 @@ class RoboDreamerWorkload(Workload):
 
     name = "robodreamer"
     Config = RoboDreamerConfig
+    config: RoboDreamerConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "data_rng", "train_rng", "steps_done")
     headline_metric = ("test_success_unseen", "max")

@@ -77,6 +77,7 @@ def held_out_combinations(share: float, rng: np.random.Generator) -> set[tuple[t
 
 def sample_layout(moves: list[tuple[int, int]], grid: int, frames: int, rng: np.random.Generator) -> np.ndarray:
     """Start cells ``[colours, 2]`` such that each moved block can slide ``frames`` cells without meeting another."""
+    taken: set[tuple]
     while True:
         cells, taken, ok = np.empty((len(COLOURS), 2), dtype=np.int64), set(), True
         for colour, direction in moves:

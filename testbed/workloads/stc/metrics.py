@@ -28,7 +28,7 @@ def ssim(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     x = prediction.reshape(-1, 1, *prediction.shape[-2:])
     y = target.reshape(-1, 1, *target.shape[-2:])
     window = _window()
-    blur = lambda image: torch.nn.functional.conv2d(image, window)  # noqa: E731
+    blur = lambda image: torch.nn.functional.conv2d(image, window)
     mu_x, mu_y = blur(x), blur(y)
     var_x, var_y = blur(x * x) - mu_x**2, blur(y * y) - mu_y**2
     cov = blur(x * y) - mu_x * mu_y

@@ -26,13 +26,13 @@ class SpikeFunction(torch.autograd.Function):
     """Heaviside step whose backward pass is the derivative of sigmoid(alpha * x)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, alpha: float) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, alpha: float) -> torch.Tensor:
         ctx.save_for_backward(x)
         ctx.alpha = alpha
         return (x >= 0).to(x.dtype)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         (x,) = ctx.saved_tensors
         sig = torch.sigmoid(ctx.alpha * x)
         return grad * ctx.alpha * sig * (1 - sig), None

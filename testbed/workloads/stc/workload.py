@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from testbed.config import StrictModel
 from testbed.data.config import DataConfig
 from testbed.data.datasets import Dataset, train_test_split
 from testbed.data.select import load_selected
@@ -54,6 +55,7 @@ class STCWorkload(FederatedWorkload):
 
     name = "stc"
     Config = STCConfig
+    config: STCConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_mse", "min")
@@ -73,7 +75,7 @@ class STCWorkload(FederatedWorkload):
                                   seeds.torch("data.batches"))
         self.steps_done = 0
 
-    def build_model(self) -> torch.nn.Module:
+    def build_model(self) -> SpikingPredictor:
         return build_predictor(self.config)
 
     def _loss(self, frames: torch.Tensor) -> torch.Tensor:
@@ -107,13 +109,15 @@ class STCWorkload(FederatedWorkload):
         return {f"test_{key}": value for key, value in metrics.items()}
 
     @classmethod
-    def model_for(cls, config: STCConfig, data: Dataset) -> torch.nn.Module:
+    def model_for(cls, config: StrictModel, data: Dataset) -> torch.nn.Module:
+        assert isinstance(config, STCConfig)  # the federated setup validates the workload's own Config
         return build_predictor(config)
 
     @classmethod
-    def fit_client(cls, model: torch.nn.Module, data: Dataset, config: STCConfig, epochs: int,
+    def fit_client(cls, model: torch.nn.Module, data: Dataset, config: StrictModel, epochs: int,
                    generator: torch.Generator, proximal_mu: float = 0.0) -> float:
         """Local epochs of Adam on next-frame prediction over the client's sequences."""
+        assert isinstance(config, STCConfig) and isinstance(model, SpikingPredictor)  # built by model_for
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
         frames = torch.from_numpy(data.x)
         anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
@@ -131,6 +135,7 @@ class STCWorkload(FederatedWorkload):
 
     @classmethod
     def evaluate_model(cls, model: torch.nn.Module, data: Dataset) -> dict[str, float]:
+        assert isinstance(model, SpikingPredictor)  # built by model_for
         metrics = future_metrics(model, torch.from_numpy(data.x))
         return {f"test_{key}": value for key, value in metrics.items()}
 

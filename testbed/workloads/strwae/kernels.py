@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 IMQ_SCALES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -25,7 +27,7 @@ def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def imq_kernel(a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
     """Inverse multiquadratic kernels summed over ``IMQ_SCALES`` (base ``C = scale``)."""
     distances = squared_distances(a, b)
-    return sum(scale * s / (scale * s + distances) for s in IMQ_SCALES)
+    return cast(torch.Tensor, sum(scale * s / (scale * s + distances) for s in IMQ_SCALES))  # a sum of tensors
 
 
 def mmd(sample: torch.Tensor, reference: torch.Tensor, scale: float | None = None) -> torch.Tensor:
@@ -65,11 +67,11 @@ def hsic(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     the representation to a point; the unbiased one does not.
     """
     n = first.shape[0]
-    k = first - torch.diag_embed(first.diagonal())
-    l = second - torch.diag_embed(second.diagonal())
-    trace = (k * l).sum()
-    totals = k.sum() * l.sum() / ((n - 1) * (n - 2))
-    cross = 2.0 / (n - 2) * (k.sum(dim=0) * l.sum(dim=1)).sum()
+    k_tilde = first - torch.diag_embed(first.diagonal())
+    l_tilde = second - torch.diag_embed(second.diagonal())
+    trace = (k_tilde * l_tilde).sum()
+    totals = k_tilde.sum() * l_tilde.sum() / ((n - 1) * (n - 2))
+    cross = 2.0 / (n - 2) * (k_tilde.sum(dim=0) * l_tilde.sum(dim=1)).sum()
     return (trace + totals - cross) / (n * (n - 3))
 
 

@@ -23,7 +23,12 @@ import torch
 from torch.nn import functional as F
 
 from testbed.workloads.strwae.kernels import (
-    category_gram, gaussian_gram, hsic, mmd, mutual_independence, soft_category_gram,
+    category_gram,
+    gaussian_gram,
+    hsic,
+    mmd,
+    mutual_independence,
+    soft_category_gram,
 )
 from testbed.workloads.strwae.models import NUM_DIGITS, HsicVAE, PlainWAE, StrWAE, one_hot
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
-from torch import nn
 
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
@@ -35,6 +34,7 @@ class StrWAEWorkload(Workload):
 
     name = "strwae"
     Config = StrWAEConfig
+    config: StrWAEConfig
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "stream", "noise")
     headline_metric = ("nuisance_accuracy_lr", "min")
@@ -56,7 +56,7 @@ class StrWAEWorkload(Workload):
         self.tensors = {name: torch.from_numpy(getattr(self.train_set, name)) for name in ("x", "y", "s")}
         self._judge: Judge | None = None
 
-    def build_model(self) -> nn.Module:
+    def build_model(self) -> StrWAE | PlainWAE | HsicVAE:
         config = self.config
         if config.variant == "strwae":
             return StrWAE(config.style_dim, config.representation_dim, config.hidden)
@@ -74,13 +74,16 @@ class StrWAEWorkload(Workload):
     def _loss(self) -> tuple[torch.Tensor, dict[str, float]]:
         config, batch = self.config, self._batch(self.stream.next())
         if config.variant == "strwae":
+            assert isinstance(self.model, StrWAE)  # build_model's model for the variant
             picks = torch.randint(len(self.labelled_rows), (config.labelled_batch_size,), generator=self.noise)
             labelled = self._batch(self.labelled_rows[picks])
             prior = torch.randn(len(batch.x) + len(labelled.x), self.prior_dim, generator=self.noise)
             return strwae_loss(self.model, batch, labelled, prior, self.weights)
         noise = torch.randn(len(batch.x), self.prior_dim, generator=self.noise)
         if config.variant == "wae":
+            assert isinstance(self.model, PlainWAE)  # build_model's model for the variant
             return wae_loss(self.model, batch, noise, self.weights)
+        assert isinstance(self.model, HsicVAE)  # build_model's model for the variant
         return vae_loss(self.model, batch, noise, self.weights)
 
     def train(self, steps: int) -> dict[str, float]:
@@ -126,8 +129,9 @@ class StrWAEWorkload(Workload):
         self.model.eval()
         train_x, test_x = self.tensors["x"], torch.from_numpy(self.test_set.x)
         test_s = torch.from_numpy(self.test_set.s)
-        features = [self.model.represent(x).numpy() for x in (train_x, test_x)]
-        metrics = probe_accuracies(*features, self.train_set, self.test_set, self.seeds.integer("eval.forest"))
+        train_features, test_features = (self.model.represent(x).numpy() for x in (train_x, test_x))
+        metrics = probe_accuracies(train_features, test_features, self.train_set, self.test_set,
+                                   self.seeds.integer("eval.forest"))
         metrics["test_recon_mse"] = float((self.decode(test_x, test_s) - test_x).pow(2).mean())
         if isinstance(self.model, StrWAE):
             logits = self.model.encode(test_x)[1]
@@ -162,7 +166,8 @@ class StrWAEWorkload(Workload):
         generated = self.sample(grid_digits, grid_lights, generator).view(NUM_DIGITS, NUM_LIGHTS, 8, 8)
         test_x = torch.from_numpy(self.test_set.x[np.arange(RELIT_EXAMPLES) * NUM_LIGHTS])  # distinct digits
         columns = [test_x] + ([self.decode(test_x, torch.full((len(test_x),), light)) for light in range(NUM_LIGHTS)]
-                              if kind != "unconditional" else [self.decode(test_x, torch.zeros(len(test_x), dtype=torch.long))])
+                              if kind != "unconditional"
+                              else [self.decode(test_x, torch.zeros(len(test_x), dtype=torch.long))])
         features = self.model.represent(torch.from_numpy(self.test_set.x[:EMBEDDING_POINTS])).numpy()
         centred = features - features.mean(axis=0)
         projection = centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T

@@ -78,7 +78,7 @@ class Kernels:
     cholesky: torch.Tensor
 
     @classmethod
-    def build(cls, schedule: Schedule, a: torch.Tensor, times: torch.Tensor) -> "Kernels":
+    def build(cls, schedule: Schedule, a: torch.Tensor, times: torch.Tensor) -> Kernels:
         sigma = conditional_covariance(schedule, a, times)
         return cls(times, mean_factor(schedule, a, times), sigma, torch.linalg.cholesky(sigma))
 

@@ -33,6 +33,7 @@ class VSDMWorkload(Workload):
 
     name = "vsdm"
     Config = VSDMConfig
+    config: VSDMConfig
     check = staticmethod(check)
     headline_metric = ("test_sw_sde", "min")
     report_sections = SECTIONS
@@ -58,7 +59,7 @@ class VSDMWorkload(Workload):
         self.bridge_rng = seeds.torch("train.bridge")
         self.steps_done = 0
 
-    def build_model(self) -> torch.nn.Module:
+    def build_model(self) -> ScoreNet:
         return ScoreNet(self.config.hidden)
 
     def train(self, steps: int) -> dict[str, float]:
