@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
-import torch
 import yaml
 from numpy.typing import ArrayLike
 
@@ -145,6 +144,8 @@ def _torch_save(obj: Any, handle: BinaryIO) -> None:
     """`torch.save` into an open file. A failed write, which torch reports as a RuntimeError
     (ENOSPC included), becomes the OSError it is, so that it is reported like any other write."""
     try:
+        import torch  # imported where a checkpoint is written: `validate` reads run folders' configs only
+
         torch.save(obj, handle)
     except RuntimeError as err:
         text = str(err).lower()
@@ -289,6 +290,8 @@ class RunFolder:
         if not checkpoints:
             return None
         try:
+            import torch
+
             return torch.load(checkpoints[-1], weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError) as err:  # foreign, forged or torn
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

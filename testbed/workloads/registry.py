@@ -99,7 +99,12 @@ def resolve(target: str) -> Any:
 
 @cache
 def _plugins() -> dict[str, type[Workload]]:
+    from importlib.metadata import entry_points
+
     from testbed.plugins import load_entry_points
+
+    if not entry_points(group="testbed.workloads"):
+        return {}  # none installed: spare listing and validating the import of the workload base (torch)
     from testbed.workloads.base import Workload
 
     found: dict[str, Any] = dict.fromkeys(BUILTIN)  # a plugin may not take a built-in name

@@ -153,7 +153,9 @@ HEAVY = ("torch", "flwr", "ray", "deepspeed", "sklearn", "mpi4py", "matplotlib",
 @pytest.mark.parametrize("statement", [
     "import testbed.cli",
     "from testbed.loading import load_scenario; load_scenario('%s')" % (REPO / "scenarios" / "quickstart.yaml"),
-])
+    "from testbed.cli import main; main(['validate', '%s'])" % (REPO / "scenarios" / "quickstart.yaml"),
+    "from testbed.cli import main; main(['list', 'workloads'])",
+], ids=["import-cli", "load-scenario", "validate", "list-workloads"])
 def test_the_schema_and_the_cli_import_no_heavy_library(statement):
     heavy = sorted(m for m in _loaded_after(statement) if m.split(".")[0] in HEAVY)
     assert heavy == []
