@@ -1,18 +1,20 @@
-"""Flower strategies (SDEA and robust baselines) and Byzantine attacks.
+"""Flower strategies (SDEA and robust baselines) and Byzantine attacks, installed as `testbed.strategies`.
+
+A library: it imports nothing else of the testbed, so it serves any Flower app.
 
 Layout:
 
-* :mod:`strategies.robust` -- pure aggregation rules on a ``[n_clients, dim]``
+* :mod:`testbed.strategies.robust` -- pure aggregation rules on a ``[n_clients, dim]``
   update matrix (``mean``, ``dnc``, ``rfa``, ``fltrust``), registry ``AGGREGATORS``.
-* :mod:`strategies.attacks` -- data and model attacks, registry ``ATTACKS``
-  (omniscient LIE / Min-Max / Min-Sum live in :mod:`strategies.omniscient`).
-* :mod:`strategies.sdea` -- SDEA's learned weights (``sdea_weights``) and
-  :mod:`strategies.finch` -- the FINCH clustering it uses.
-* :mod:`strategies.flower` -- Flower 1.42 Message-API strategies ``SDEA``,
-  ``DnC``, ``RFA``, ``FLTrust`` (``from strategies import SDEA``), built on
-  :class:`strategies.base.RobustFedAvg` (deterministic reply order, per-round
+* :mod:`testbed.strategies.attacks` -- data and model attacks, registry ``ATTACKS``
+  (omniscient LIE / Min-Max / Min-Sum live in :mod:`testbed.strategies.omniscient`).
+* :mod:`testbed.strategies.sdea` -- SDEA's learned weights (``sdea_weights``) and
+  :mod:`testbed.strategies.finch` -- the FINCH clustering it uses.
+* :mod:`testbed.strategies.flower` -- Flower 1.42 Message-API strategies ``SDEA``,
+  ``DnC``, ``RFA``, ``FLTrust`` (``from testbed.strategies import SDEA``), built on
+  :class:`testbed.strategies.base.RobustFedAvg` (deterministic reply order, per-round
   ``history`` of client weights and flags, optional server-side attack).
-* :mod:`strategies.vectors` -- state dict <-> flat vector conversions.
+* :mod:`testbed.strategies.vectors` -- state dict <-> flat vector conversions.
 """
 
 from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector

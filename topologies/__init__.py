@@ -1,4 +1,5 @@
-"""Graphs, random-walk and gossip algorithms, and pairwise network-DP accountants."""
+"""Graphs, random-walk and gossip algorithms, and pairwise network-DP accountants (installed as
+`testbed.topologies`; a library that imports nothing else of the testbed)."""
 
 from .accounting import (
     clip_to_local,
