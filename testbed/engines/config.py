@@ -36,8 +36,9 @@ class EngineSettings(StrictModel):
     extra: ClassVar[tuple[str, str] | None] = None
 
     def capabilities(self) -> frozenset[str]:
-        """The primitives this engine offers with these settings."""
-        raise NotImplementedError
+        """The primitives this engine offers with these settings (a new engine offers none until it
+        declares them, so `validate` refuses every kind on it rather than guessing)."""
+        return frozenset()
 
     def ranks(self, requested: int) -> int:
         """How many torch.distributed ranks `Engine.launch` starts; ``requested`` where the
