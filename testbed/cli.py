@@ -4,7 +4,8 @@
     testbed validate FILE... [--set KEY=VALUE ...]
     testbed resume RUN_DIR [--quiet]
     testbed report RUN_DIR
-    testbed list [workloads|strategies|attacks|topologies|scenarios]
+    testbed list [workloads|strategies|attacks|topologies|scenarios|papers]
+    testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N]
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
@@ -22,7 +23,7 @@ from pathlib import Path
 from testbed.errors import ResumableFailure, RunInterrupted, UserError, one_line
 
 REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios")
+LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios", "papers")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="list registered workloads, strategies, attacks, topologies or scenarios")
     listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
 
+    reproduce = sub.add_parser("reproduce", help=(
+        "run or resume the claim sweeps of some papers (default: all) and write docs/reproduction.md"))
+    reproduce.add_argument("papers", nargs="*", metavar="PAPER", help="paper ids (testbed list papers)")
+    reproduce.add_argument("--size", choices=("full", "test"), default="full",
+                           help="test: tiny settings and two seeds, to check that every predicate evaluates")
+    reproduce.add_argument("--docs-only", action="store_true",
+                           help="run nothing: rewrite the docs from the result files")
+    reproduce.add_argument("--runs-dir", type=Path, default=Path("runs") / "reproduce",
+                           help="where the sweeps run (default runs/reproduce)")
+    reproduce.add_argument("--parallel", type=int, help="variants at once (default: each sweep's own setting)")
+    reproduce.add_argument("--quiet", action="store_true", help="no progress bars")
+
     cluster = sub.add_parser("cluster", help="start, inspect or stop an emulated Ray cluster on this machine")
     cluster.add_argument("action", choices=("up", "down", "status"))
     cluster.add_argument("--nodes", type=int, default=3, help="nodes to start, head included (up)")
@@ -72,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # The base scenario of a sweep file is a complete scenario of its own: one file serves
         # both the quick single run and its multi-seed sweep.
         raw.pop("sweep", None)
+        raw.pop("claims", None)  # its arms are the sweep's variants
     scenario = validate_raw(raw, args.file, args.overrides)
     if scenario.sweep is not None:
         run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet)
@@ -83,11 +97,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_sweep_outcome(run) -> None:
+    from testbed.claims.sweeps import read_sweep_claims
+
     summary = run.read_summary()
     print(f"sweep: {summary['completed']} variants completed, {summary['failed']} failed")
     for slug, result in summary["variants"].items():
         if result["status"] == "failed":
             print(f"  failed {slug}: {result['error']}")
+    for claim in read_sweep_claims(run.path):
+        print(f"claim {claim['id']}: {claim['verdict']}")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from testbed.claims.reproduce import repository_root, reproduce
+
+    root = repository_root()
+    if args.parallel is not None and args.parallel < 1:
+        raise UserError(f"--parallel: {args.parallel}: at least 1")
+    for line in reproduce(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet, args.parallel):
+        print(line)
+    return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -99,7 +128,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         scenario = load_scenario(file, args.overrides)
         preflight(scenario, file)
         if scenario.sweep is not None:
-            print(f"{file}: ok ({len(expand_variants(load_raw(file, args.overrides), file))} variants)")
+            variants = expand_variants(load_raw(file, args.overrides), file)
+            if scenario.claims is not None:
+                from testbed.claims.evaluate import check_claims
+
+                check_claims(scenario.claims, variants, file)
+            print(f"{file}: ok ({len(variants)} variants)")
         else:
             print(f"{file}: ok")
     return 0
@@ -170,13 +204,20 @@ def _attacks() -> dict:
     return registered_attacks()
 
 
+def _papers() -> dict:
+    from testbed.claims.papers import PAPERS
+
+    return {paper: f"{entry.title}: {', '.join(entry.scenarios)}" for paper, entry in PAPERS.items()}
+
+
 def _topologies() -> dict:
     from testbed.topologies import GRAPH_BUILDERS
 
     return GRAPH_BUILDERS
 
 
-REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies}
+REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies,
+                                             "papers": _papers}
 
 
 def _display_path(path: Path) -> str:
@@ -195,6 +236,8 @@ def _scenario_title(path: Path) -> str:
 
 
 def _first_line(entry: object) -> str:
+    if isinstance(entry, str):
+        return entry
     described = getattr(entry, "fn", entry)  # an attack is described by its function
     text = getattr(entry, "summary", "") or (getattr(described, "__doc__", "") or "")
     return text.strip().splitlines()[0] if text.strip() else ""
@@ -202,7 +245,7 @@ def _first_line(entry: object) -> str:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "validate": cmd_validate, "resume": cmd_resume, "report": cmd_report, "list": cmd_list,
-    "cluster": cmd_cluster,
+    "cluster": cmd_cluster, "reproduce": cmd_reproduce,
 }
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 import shutil
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -108,9 +110,31 @@ def report_run(run: RunFolder) -> Path:
 
 def _versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
+    commit = source_commit()
+    if commit:
+        versions["testbed_commit"] = commit
     for package in VERSIONED_PACKAGES:
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
+
+
+@functools.cache
+def source_commit() -> str | None:
+    """The commit of the testbed checkout that runs (``+dirty`` with uncommitted changes to tracked
+    files), or None for an installed package: the reproduction tables say which code gave a number."""
+    repo = Path(__file__).resolve().parent.parent
+    if not (repo / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

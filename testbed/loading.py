@@ -267,7 +267,8 @@ def describe_error(
         return f"{where}: {path}: required field is missing"
     got = first.get("input")
     shown = f" (got {shorten(got)})" if not isinstance(got, dict | list) else ""
-    return f"{where}: {path}: {first['msg']}{shown}"
+    message = first["msg"].removeprefix("Value error, ")  # a validator's own words need no label
+    return f"{where}: {path}: {message}{shown}"
 
 
 def _key(part: Any) -> str:

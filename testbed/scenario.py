@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from testbed.claims.config import ClaimsConfig
 from testbed.config import PluginSpec, StrictModel
 from testbed.data.config import DataConfig
 from testbed.decentralized.config import DecentralizedConfig
@@ -32,10 +33,10 @@ MAX_NAME_LENGTH = 128
 # block was most likely meant for another kind: `--set kind=pretrain` on a workload file), and
 # those it cannot run without.
 KIND_BLOCKS: dict[str, tuple[str, ...]] = {
-    "workload": ("engine", "data", "workload", "training", "report", "sweep"),
-    "federated": ("engine", "data", "workload", "federated", "report", "sweep"),
-    "decentralized": ("engine", "data", "decentralized", "report", "sweep"),
-    "pretrain": ("engine", "data", "pretrain", "report", "sweep"),
+    "workload": ("engine", "data", "workload", "training", "report", "sweep", "claims"),
+    "federated": ("engine", "data", "workload", "federated", "report", "sweep", "claims"),
+    "decentralized": ("engine", "data", "decentralized", "report", "sweep", "claims"),
+    "pretrain": ("engine", "data", "pretrain", "report", "sweep", "claims"),
 }
 KIND_REQUIRES: dict[str, tuple[str, ...]] = {
     "workload": ("workload",), "federated": ("workload",), "decentralized": ("decentralized",),
@@ -82,6 +83,7 @@ class Scenario(StrictModel):
     federated: FederatedConfig | None = None
     decentralized: DecentralizedConfig | None = None
     sweep: SweepConfig | None = None
+    claims: ClaimsConfig | None = None
 
     @field_validator("report")
     @classmethod
@@ -90,6 +92,14 @@ class Scenario(StrictModel):
         # report; elsewhere it would be silently ignored (the oodrobust workload has its own block).
         if value.ood is not None and (info.data.get("kind") != "federated" or value.kind != "robustness"):
             raise ValueError("ood: set only in kind: federated scenarios with report kind: robustness")
+        return value
+
+    @field_validator("claims")
+    @classmethod
+    def _claims_need_a_sweep(cls, value: ClaimsConfig | None, info: ValidationInfo) -> ClaimsConfig | None:
+        # A claim is called on per-seed metrics of several arms: only a sweep has them.
+        if value is not None and info.data.get("sweep") is None:
+            raise ValueError("claims: a claims block needs a sweep: block (its arms are the sweep's variants)")
         return value
 
     @field_validator("engine", mode="before")

@@ -49,7 +49,7 @@ VARIANT_STOP_S = 60.0  # how long an interrupted variant may take to stop before
 def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
     """Every variant of a sweep as ``{slug: raw scenario}``, each validated as a run would be."""
     sweep = raw.get("sweep") or {}
-    base = {k: v for k, v in raw.items() if k != "sweep"}
+    base = {k: v for k, v in raw.items() if k not in ("sweep", "claims")}
     grid = sweep.get("grid") or {}
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     variants: dict[str, dict[str, Any]] = {}
@@ -85,14 +85,23 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool) -> RunFolder:
-    """Run (or continue) every variant; failures are recorded, not raised."""
+def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool,
+              only: set[str] | None = None, parallel: int | None = None) -> RunFolder:
+    """Run (or continue) every variant (or those of ``only``, ``parallel`` at once instead of the
+    sweep's own setting); failures are recorded, not raised. A sweep with a ``claims:`` block ends
+    with its verdicts in ``claims.json`` and the report."""
     variants = expand_variants(raw, source)
+    if scenario.claims is not None:
+        from testbed.claims.evaluate import check_claims
+
+        check_claims(scenario.claims, variants, source)
+    if only is not None:
+        variants = {slug: variant for slug, variant in variants.items() if slug in only}
     sweep_run = _open_sweep_folder(run_dir, raw)  # locked: one sweep process at a time
     _interrupted.clear()
     try:
         with interrupt_hook(_interrupt_variants):
-            _run_variants(sweep_run, variants, scenario)
+            _run_variants(sweep_run, variants, scenario, source, parallel)
     except KeyboardInterrupt:
         raise RunInterrupted(sweep_run.path) from None
     finally:
@@ -112,19 +121,24 @@ def _interrupt_variants() -> None:
             pass
 
 
-def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], scenario: Scenario) -> None:
+def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], scenario: Scenario, source: str,
+                  parallel: int | None) -> None:
     (sweep_run.path / "variants").mkdir(exist_ok=True)
     for slug, variant in variants.items():
         atomic_write(sweep_run.path / "variants" / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
     tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine) for slug in variants]
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
-    parallel = scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
+    parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     with placement_engine(scenario.engine) as engine:
         results = engine.map(run_variant, tasks, parallel=parallel)
     statuses = {slug: result for slug, result in zip(variants, results)}
     sweep_run.write_summary({"name": scenario.name, "kind": "sweep", "variants": statuses,
                              "completed": sum(r["status"] == "completed" for r in statuses.values()),
                              "failed": sum(r["status"] == "failed" for r in statuses.values())})
+    if scenario.claims is not None:
+        from testbed.claims.sweeps import write_sweep_claims
+
+        write_sweep_claims(sweep_run, scenario.claims, variants, source)
     from testbed.report.sweep import render_sweep_report
 
     render_sweep_report(sweep_run)
@@ -135,11 +149,16 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
     existing = RunFolder(run_dir)
     if existing.config_path.is_file():
         existing.lock()
-        if existing.read_config() != raw:
+        if _what_runs(existing.read_config()) != _what_runs(raw):
             existing.unlock()
             raise UserError(f"{run_dir}: holds a different sweep; use another --run-dir")
         return existing
     return RunFolder.create(run_dir, raw)
+
+
+def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:
+    """A sweep's config without its claims (rewording a claim, or adding one, changes no variant)."""
+    return {k: v for k, v in raw.items() if k != "claims"}
 
 
 def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:

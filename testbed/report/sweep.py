@@ -39,6 +39,7 @@ def render_sweep_report(sweep: RunFolder) -> Path:
                 for slug, result in summary["variants"].items()}
     metrics = compared_metrics(variants, sweep_block.get("metrics") or [])
     body = lambda out_dir: "".join([
+        _section("Claims (paired by seed)", _claims_table(sweep.path)),
         _section("Variants", _variants_table(variants, metrics)),
         _section("Pivot: strategy x attack", _pivot(variants, varied)),
         _section("Means over seeds", _group_table(variants, varied, metrics)),
@@ -51,6 +52,23 @@ def _load_variant(folder: Path, result: dict[str, Any]) -> dict[str, Any]:
     run = RunFolder(folder)
     variant_config = run.read_config() if run.config_path.is_file() else {}
     return {**result, "config": variant_config, "metrics": run.read_metrics()}
+
+
+def _claims_table(folder: Path) -> str:
+    """One row per group of each statement of the sweep's claims block (`testbed.claims.sweeps`)."""
+    from testbed.claims.sweeps import read_sweep_claims
+
+    rows = []
+    for claim in read_sweep_claims(folder):
+        for group in claim["groups"]:
+            predicate, interval = group["predicate"] or {}, (group["predicate"] or {}).get("interval") or {}
+            rows.append((claim["id"] + (f" ({group['group']})" if group["group"] else ""), predicate.get("text", ""),
+                         predicate.get("left", float("nan")), predicate.get("right", float("nan")),
+                         interval.get("mean", float("nan")), interval.get("low", float("nan")),
+                         interval.get("high", float("nan")), len(group["seeds"]),
+                         {True: "holds", False: "fails", None: "-"}[group["precondition_holds"]], group["verdict"]))
+    header = ("claim", "predicate", "left", "right", "margin", "low", "high", "seeds", "precondition", "verdict")
+    return table(rows, header) if rows else ""
 
 
 def _section(title: str, body: str) -> str:

@@ -32,11 +32,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("testbed.engines",),
     ("testbed.federated.config", "testbed.decentralized.config", "testbed.pretrain.config", "testbed.workloads.config",
      "testbed.workloads.*.config", "testbed.scenario", "testbed.decentralized", "testbed.federated", "testbed.pretrain",
-     "testbed.workloads"),  # the package __init__ modules: docstrings and config re-exports only
+     "testbed.workloads",  # the package __init__ modules: docstrings and config re-exports only
+     "testbed.claims", "testbed.claims.config", "testbed.claims.expressions", "testbed.claims.papers",
+     "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
     ("testbed.run", "testbed.tracking", "testbed.report", "testbed.runner", "testbed.loading",
-     "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training"),
+     "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training",
+     "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
-    ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep"),
+    ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.claims.reproduce"),
     ("testbed.cli",),
 ]
 STANDALONE = ("testbed.strategies", "testbed.topologies")  # import nothing else of the testbed

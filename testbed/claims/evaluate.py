@@ -1,0 +1,187 @@
+"""Turn a sweep's per-seed final metrics into one verdict per statement of its ``claims:`` block.
+
+An arm is the set of variants whose scenario (the base with the sweep's overrides) has the arm's
+values at its keys; arms are paired by the variant's root ``seed``. A statement with ``for_each``
+is checked once per value of that key (each arm restricted to it), and its verdict is the least
+favourable of its groups: ``not reproduced`` before ``inconclusive``, ``pending``, ``tie``,
+``reproduced``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.claims.config import ClaimsConfig, Statement
+from testbed.claims.expressions import Comparison, parse_comparison
+from testbed.claims.statistics import INCONCLUSIVE, NOT_REPRODUCED, PENDING, REPRODUCED, TIE, Interval, paired_interval
+from testbed.errors import ScenarioError, did_you_mean
+
+_MISSING = object()
+SEVERITY = (NOT_REPRODUCED, INCONCLUSIVE, PENDING, TIE, REPRODUCED)
+Variants = Mapping[str, Mapping[str, Any]]  # slug -> the variant's raw scenario
+Metrics = Mapping[str, Mapping[str, float]]  # slug -> its final metrics (completed variants only)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One comparison over the paired seeds: the mean of each side, and the interval of the margin."""
+
+    text: str
+    left: float
+    right: float
+    interval: Interval | None
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    """A statement checked on one group of variants (all of them, or one value of ``for_each``)."""
+
+    group: str | None
+    verdict: str
+    seeds: list[int]
+    predicate: Side | None
+    precondition: Side | None
+    precondition_holds: bool | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A statement, its verdict and the groups it was called on."""
+
+    statement: Statement
+    verdict: str
+    groups: list[GroupVerdict] = field(default_factory=list)
+
+
+def dotted(raw: Mapping[str, Any], key: str) -> Any:
+    """The value at ``a.b.c`` in a raw scenario, or `_MISSING`."""
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def selects(selector: Mapping[str, Any], raw: Mapping[str, Any]) -> bool:
+    """Whether a variant's scenario has every value of an arm's selector."""
+    return all(dotted(raw, key) == value for key, value in selector.items())
+
+
+def arm_seeds(selector: Mapping[str, Any], variants: Variants) -> dict[int, str]:
+    """The variants an arm selects, by seed; more than one variant for a seed is ambiguous."""
+    chosen: dict[int, str] = {}
+    for slug, raw in variants.items():
+        if selects(selector, raw):
+            seed = int(raw.get("seed", 0))
+            if seed in chosen:
+                raise ValueError(f"selects two variants for seed {seed} ({chosen[seed]}, {slug}); add a key")
+            chosen[seed] = slug
+    return chosen
+
+
+def groups(statement: Statement, variants: Variants) -> list[tuple[str | None, dict[str, Any]]]:
+    """The groups a statement is checked on: ``(label, extra selector keys)``."""
+    if statement.for_each is None:
+        return [(None, {})]
+    values: list[Any] = []
+    for raw in variants.values():
+        value = dotted(raw, statement.for_each)
+        if value is not _MISSING and value not in values:
+            values.append(value)
+    return [(str(value), {statement.for_each: value}) for value in values]
+
+
+def check_claims(claims: ClaimsConfig, variants: Variants, source: str) -> None:
+    """Refuse, in one line naming the field, a statement naming an unknown arm, an arm that selects
+    no variant (or two for a seed), a ``for_each`` key the sweep does not vary, and a sweep with
+    fewer seeds than the claims need."""
+    for index, statement in enumerate(claims.statements):
+        where = f"{source}: claims.statements.{index}"
+        for name in ("predicate", "precondition"):
+            text = getattr(statement, name)
+            unknown = sorted(parse_comparison(text).arms() - set(claims.arms)) if text else []
+            if unknown:
+                raise ScenarioError(f"{where}.{name}: unknown arm '{unknown[0]}'"
+                                    f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
+        labels = groups(statement, variants)
+        if statement.for_each is not None and len(labels) < 2:
+            raise ScenarioError(f"{where}.for_each: '{statement.for_each}' takes {len(labels)} value(s) in the "
+                                f"sweep; for_each names a key the sweep varies")
+        for label, extra in labels:
+            for arm in _arms_of(statement):
+                try:
+                    chosen = arm_seeds({**claims.arms[arm], **extra}, variants)
+                except ValueError as err:
+                    raise ScenarioError(f"{source}: claims.arms.{arm}: {err}") from None
+                if not chosen:
+                    at = f" with {statement.for_each}={label}" if label is not None else ""
+                    raise ScenarioError(f"{source}: claims.arms.{arm}: selects no variant of the sweep{at}")
+                if len(chosen) < claims.seeds:
+                    raise ScenarioError(f"{source}: claims.seeds: the claims need {claims.seeds} seeds; arm "
+                                        f"'{arm}' has {len(chosen)} in the sweep")
+
+
+def _arms_of(statement: Statement) -> list[str]:
+    arms = parse_comparison(statement.predicate).arms()
+    if statement.precondition:
+        arms |= parse_comparison(statement.precondition).arms()
+    return sorted(arms)
+
+
+def evaluate(claims: ClaimsConfig, variants: Variants, metrics: Metrics, source: str,
+             required_seeds: int | None = None) -> list[Verdict]:
+    """Every statement's verdict from the completed variants' final metrics."""
+    need = claims.seeds if required_seeds is None else required_seeds
+    verdicts = []
+    for index, statement in enumerate(claims.statements):
+        found = [_group(claims, statement, index, label, extra, variants, metrics, source, need)
+                 for label, extra in groups(statement, variants)]
+        overall = min((g.verdict for g in found), key=SEVERITY.index, default=PENDING)
+        verdicts.append(Verdict(statement, overall, found))
+    return verdicts
+
+
+def _group(claims: ClaimsConfig, statement: Statement, index: int, label: str | None, extra: dict[str, Any],
+           variants: Variants, metrics: Metrics, source: str, need: int) -> GroupVerdict:
+    arms = _arms_of(statement)
+    by_arm = {arm: arm_seeds({**claims.arms[arm], **extra}, variants) for arm in arms}
+    seeds = sorted(seed for seed in set.intersection(*(set(s) for s in by_arm.values()))
+                   if all(by_arm[arm][seed] in metrics for arm in arms))
+    per_seed = [{arm: metrics[by_arm[arm][seed]] for arm in arms} for seed in seeds]
+    where = f"{source}: claims.statements.{index}"
+    predicate = _side(parse_comparison(statement.predicate), per_seed, claims, f"{where}.predicate")
+    precondition = (_side(parse_comparison(statement.precondition), per_seed, claims, f"{where}.precondition")
+                    if statement.precondition else None)
+    holds = None if precondition is None or not seeds else precondition_margin(precondition) > 0
+    if len(seeds) < need or predicate.interval is None:
+        verdict = PENDING
+    elif holds is False:
+        verdict = INCONCLUSIVE
+    else:
+        verdict = predicate.interval.verdict()
+    return GroupVerdict(label, verdict, seeds, predicate, precondition, holds)
+
+
+def precondition_margin(side: Side) -> float:
+    """A precondition is checked on the mean over seeds (not on its interval): the margin of the means."""
+    return side.interval.mean if side.interval is not None else math.nan
+
+
+def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
+          where: str) -> Side:
+    for arm, metric in comparison.operands():
+        for metrics in per_seed:
+            if metric not in metrics[arm]:
+                known = sorted(k for k, v in metrics[arm].items() if isinstance(v, int | float))
+                raise ScenarioError(f"{where}: arm '{arm}' reports no metric '{metric}'"
+                                    f"{did_you_mean(metric, known)} (it reports: {', '.join(known)})")
+    pairs = [comparison.values(metrics) for metrics in per_seed]
+    margins = [comparison.margin(metrics) for metrics in per_seed]
+    interval = paired_interval(margins, claims.level, claims.interval, claims.deterministic)
+    left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
+    right = sum(p[1] for p in pairs) / len(pairs) if pairs else math.nan
+    return Side(comparison.text, left, right, interval)

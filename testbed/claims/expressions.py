@@ -1,0 +1,138 @@
+"""The little language of predicates and preconditions, parsed with `ast` and never evaluated by Python.
+
+A comparison of two arithmetic expressions::
+
+    bisam.test_accuracy > sam.test_accuracy
+    optimised.sensor_error / kmeans.sensor_error < 0.5
+    abs(eta0["chi2_p"]) >= 0.05
+
+Operands are numbers and ``arm.metric`` (or ``arm["metric"]`` for a metric name that is not an
+identifier); operators ``+ - * /``, unary minus, ``abs``, ``min``, ``max`` and parentheses; the
+comparison is one of ``> >= < <=``. Its *margin* for one seed is left minus right (right minus left
+for ``<``, ``<=``): positive where the comparison holds. Nothing else parses, so a claim in a
+scenario file cannot run code.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+ArmMetrics = Mapping[str, Mapping[str, float]]  # arm -> metric -> value (one seed)
+
+_BINARY: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+}
+_FUNCTIONS: dict[str, Callable[..., float]] = {"abs": abs, "min": min, "max": max}
+_SYMBOL = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
+
+
+class ExpressionError(ValueError):
+    """A predicate that does not parse, or that names what it may not."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A parsed ``left OP right``."""
+
+    text: str
+    left: ast.expr
+    right: ast.expr
+    op: str  # > >= < <=
+
+    @property
+    def greater(self) -> bool:
+        """``>`` or ``>=``: the margin is left minus right."""
+        return self.op.startswith(">")
+
+    def arms(self) -> set[str]:
+        return {arm for arm, _ in self.operands()}
+
+    def operands(self) -> list[tuple[str, str]]:
+        """Every ``(arm, metric)`` the comparison reads, in order of appearance."""
+        found: list[tuple[str, str]] = []
+        for side in (self.left, self.right):
+            found.extend(_operand(node) for node in ast.walk(side) if _is_operand(node))
+        return list(dict.fromkeys(found))
+
+    def values(self, metrics: ArmMetrics) -> tuple[float, float]:
+        return _value(self.left, metrics), _value(self.right, metrics)
+
+    def margin(self, metrics: ArmMetrics) -> float:
+        """Positive where the comparison holds for these metrics (one seed)."""
+        left, right = self.values(metrics)
+        return left - right if self.greater else right - left
+
+
+def parse_comparison(text: str) -> Comparison:
+    """Parse ``text`` or raise `ExpressionError` saying what is wrong."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as err:
+        raise ExpressionError(f"'{text}' does not parse: {err.msg}") from None
+    if not isinstance(tree, ast.Compare) or len(tree.ops) != 1:
+        raise ExpressionError(f"'{text}': expected one comparison, e.g. 'a.test_accuracy > b.test_accuracy'")
+    op = type(tree.ops[0])
+    if op not in _SYMBOL:
+        raise ExpressionError(f"'{text}': compare with >, >=, < or <=")
+    for side in (tree.left, tree.comparators[0]):
+        _check(side, text)
+    comparison = Comparison(text.strip(), tree.left, tree.comparators[0], _SYMBOL[op])
+    if not comparison.operands():
+        raise ExpressionError(f"'{text}': names no arm metric")
+    return comparison
+
+
+def _check(node: ast.expr, text: str) -> None:
+    if _is_operand(node):
+        return
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        _check(node.left, text)
+        _check(node.right, text)
+        return
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        _check(node.operand, text)
+        return
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+            and not node.keywords and node.args):
+        for arg in node.args:
+            _check(arg, text)
+        return
+    raise ExpressionError(f"'{text}': '{ast.unparse(node)}' is not allowed (numbers, arm.metric, "
+                          f"+ - * /, {', '.join(_FUNCTIONS)})")
+
+
+def _is_operand(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name)
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str))
+
+
+def _operand(node: ast.AST) -> tuple[str, str]:
+    if isinstance(node, ast.Attribute):
+        assert isinstance(node.value, ast.Name)
+        return node.value.id, node.attr
+    assert isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+    assert isinstance(node.slice, ast.Constant)
+    return node.value.id, str(node.slice.value)
+
+
+def _value(node: ast.expr, metrics: ArmMetrics) -> float:
+    if _is_operand(node):
+        arm, metric = _operand(node)
+        return float(metrics[arm][metric])
+    if isinstance(node, ast.Constant):
+        assert isinstance(node.value, int | float)  # `_check` let only numbers through
+        return float(node.value)
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_value(node.left, metrics), _value(node.right, metrics))
+    if isinstance(node, ast.UnaryOp):
+        return -_value(node.operand, metrics)
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    return float(_FUNCTIONS[node.func.id](*(_value(arg, metrics) for arg in node.args)))
+

@@ -1,0 +1,168 @@
+"""``testbed reproduce``: run or resume the claim sweeps of some papers, keep their results, write the docs.
+
+For each paper of `testbed.claims.papers.PAPERS` asked for, each of its scenarios runs as a sweep in
+``runs/reproduce/<size>/<scenario>/`` (only the variants some claim reads, and at full size only
+those the result file lacks or holds stale), as ``testbed run`` would run it; a second call resumes
+the same folders. The completed variants' final metrics are merged into the scenario's result file
+(``--docs-only`` runs nothing but still merges what the sweep folders completed so far, so the
+finished runs of an interrupted reproduce are kept); then the statements are evaluated and ``docs/reproduction.md`` and the per-paper tables are written
+from the result files of every paper (so reproducing one paper rewrites only its rows).
+
+``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
+seeds, writes its result files and docs under the runs folder (never the repository's docs) and
+checks that every predicate evaluates; its verdicts mean nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.claims import docs, results
+from testbed.claims.config import ClaimsConfig
+from testbed.claims.evaluate import Verdict, check_claims, evaluate, selects
+from testbed.claims.papers import PAPERS
+from testbed.errors import ScenarioError, UserError
+from testbed.loading import apply_override, load_raw, validate_raw
+
+# What --size test changes in every scenario of a kind, before the scenario's own claims.test_size.
+KIND_TEST_SIZE: dict[str, dict[str, Any]] = {
+    "workload": {"training.steps": 4, "training.eval_every": 2, "training.checkpoint_every": 2},
+    "federated": {"federated.rounds": 2},
+    "decentralized": {"decentralized.steps": 4, "decentralized.eval_every": 2, "decentralized.checkpoint_every": 2},
+    "pretrain": {"pretrain.steps": 4, "pretrain.eval_every": 2, "pretrain.checkpoint_every": 2,
+                 "pretrain.warmup_steps": 1, "pretrain.eval_documents": 4,
+                 "pretrain.tokenizer.train_documents": 50, "pretrain.tokenizer.vocab_size": 512},
+}
+TEST_SEEDS = [0, 1]
+SIZES = ("full", "test")
+
+
+@dataclass(frozen=True)
+class ScenarioClaims:
+    """One scenario of a paper, as reproduce runs it: its raw sweep, claims and variants."""
+
+    path: str  # under scenarios/
+    raw: dict[str, Any]
+    claims: ClaimsConfig
+    variants: dict[str, dict[str, Any]]  # every variant some claim reads
+
+
+def repository_root() -> Path:
+    """The checkout whose scenarios and docs reproduce works on: this directory, or the one the
+    testbed package was installed from (editable)."""
+    for candidate in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        if (candidate / "scenarios").is_dir() and (candidate / "docs").is_dir():
+            return candidate
+    raise UserError("reproduce: run it in a testbed checkout (no scenarios/ and docs/ here)")
+
+
+def load(root: Path, path: str, size: str) -> ScenarioClaims:
+    """Read a paper's scenario at ``size``, checked like ``testbed validate``, its variants narrowed
+    to those the claims read."""
+    from testbed.sweep import expand_variants
+
+    source = str(Path("scenarios") / path)
+    raw = load_raw(root / "scenarios" / path)
+    if not isinstance(raw.get("claims"), dict):
+        raise ScenarioError(f"{source}: claims: required (testbed.claims.papers lists this scenario)")
+    if size == "test":
+        raw = test_sized(raw, source)
+    scenario = validate_raw(raw, source)
+    assert scenario.claims is not None and scenario.sweep is not None  # the schema: claims need a sweep
+    variants = expand_variants(raw, source)
+    check_claims(scenario.claims, variants, source)
+    arms = scenario.claims.arms.values()
+    read = {slug: variant for slug, variant in variants.items() if any(selects(arm, variant) for arm in arms)}
+    return ScenarioClaims(path, raw, scenario.claims, read)
+
+
+def test_sized(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The scenario at the test size: the kind's small settings, then the claims block's own."""
+    sized = copy.deepcopy(raw)
+    claims = sized["claims"]
+    own = (claims.get("test_size") or {}) if isinstance(claims, dict) else {}
+    for key, value in {**KIND_TEST_SIZE.get(str(raw.get("kind")), {}), **(own.get("set") or {})}.items():
+        try:
+            apply_override(sized, f"{key}={json.dumps(value)}")
+        except ScenarioError as err:
+            raise ScenarioError(f"{source}: claims.test_size.set: {key}: {str(err).split(': ', 1)[-1]}") from None
+    sweep = sized.setdefault("sweep", {})
+    sweep.setdefault("parallel", 2)  # the variants are tiny: two at a time even on a 2-core machine
+    grid = sweep.setdefault("grid", {})
+    grid.update({"seed": TEST_SEEDS, **(own.get("grid") or {})})
+    claims["seeds"] = len(grid["seed"])
+    claims.setdefault("fewer_seeds_because", "test size")
+    return sized
+
+
+def result_path(root: Path, path: str, size: str, runs_dir: Path) -> Path:
+    base = root / "docs" / "reproduction" / "results" if size == "full" else runs_dir / "results"
+    return base / path.replace(".yaml", ".json")
+
+
+def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: bool, quiet: bool,
+              parallel: int | None = None) -> list[str]:
+    """Run (unless ``run`` is False), collect, evaluate and write the docs; the lines to print."""
+    unknown = [p for p in papers if p not in PAPERS]
+    if unknown:
+        raise UserError(f"reproduce: unknown paper '{unknown[0]}' (known: {', '.join(PAPERS)})")
+    chosen = papers or list(PAPERS)
+    loaded = {paper: [load(root, path, size) for path in PAPERS[paper].scenarios] for paper in chosen}
+    for paper in chosen:
+        for item in loaded[paper]:
+            if run:
+                _run(item, root, size, runs_dir, quiet, parallel)
+            collect(item, root, size, runs_dir)
+    shown = list(PAPERS) if size == "full" else chosen  # the repository's docs list every paper
+    loaded = {paper: loaded.get(paper) or [load(root, path, size) for path in PAPERS[paper].scenarios]
+              for paper in shown}
+    tables = {paper: [_table_entry(item, root, size, runs_dir) for item in items] for paper, items in loaded.items()}
+    docs.write_docs(root / "docs" if size == "full" else runs_dir / "docs", tables, size)
+    return [f"{paper}: {verdict.statement.id}: {docs.verdict_summary(verdict)}"
+            + (f"; {docs.describe_side(verdict.groups[0].predicate, item.claims.level)}"
+               if len(verdict.groups) == 1 else "")
+            for paper in chosen for item, verdicts, _ in tables[paper] for verdict in verdicts]
+
+
+def _table_entry(item: ScenarioClaims, root: Path, size: str,
+                 runs_dir: Path) -> tuple[ScenarioClaims, list[Verdict], dict[str, Any]]:
+    """A scenario's verdicts and the records they were called on, from its result file."""
+    records = results.current(results.read_results(result_path(root, item.path, size, runs_dir)), item.variants)
+    metrics: Mapping[str, Mapping[str, float]] = {slug: r["final_metrics"] for slug, r in records.items()}
+    return item, evaluate(item.claims, item.variants, metrics, str(Path("scenarios") / item.path)), records
+
+
+def _run(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, quiet: bool, parallel: int | None) -> None:
+    """Run the variants the result file lacks (resuming the sweep folder), then collect them."""
+    from testbed.sweep import run_sweep
+
+    kept = results.current(results.read_results(result_path(root, item.path, size, runs_dir)), item.variants)
+    missing = {slug for slug in item.variants if slug not in kept}
+    source = str(Path("scenarios") / item.path)
+    if missing:
+        run_sweep(item.raw, validate_raw(item.raw, source), source, sweep_folder(item, size, runs_dir), quiet,
+                  only=missing, parallel=parallel)
+
+
+def sweep_folder(item: ScenarioClaims, size: str, runs_dir: Path) -> Path:
+    return runs_dir / size / item.path.replace(".yaml", "")
+
+
+def collect(item: ScenarioClaims, root: Path, size: str, runs_dir: Path) -> None:
+    """Merge the variants completed in the sweep folder (if there is one) into the result file, keeping
+    the records it has: an interrupted sweep's finished runs are kept, and a rerun changes no byte."""
+    result_file = result_path(root, item.path, size, runs_dir)
+    old = results.read_results(result_file)
+    kept = results.current(old, item.variants)
+    folder = sweep_folder(item, size, runs_dir)
+    for slug in item.variants:
+        record = results.record_of(folder / "variants" / slug, item.variants[slug]) if slug not in kept else None
+        if record is not None:
+            kept[slug] = record
+    if kept != old:
+        results.write_results(result_file, str(Path("scenarios") / item.path), kept)
