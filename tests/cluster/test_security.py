@@ -295,16 +295,13 @@ def _hostfile_payloads(marker: Path) -> dict[str, str]:
     }
 
 
-def _probe_function():
-    """The deepspeed engine's reachability probe, wherever the engines package keeps it."""
-    import importlib
+def _start_deepspeed_engine(hostfile: str) -> None:
+    """Start the deepspeed engine on ``hostfile``: its start hook probes every host. An import error or a start
+    that no longer probes fails the test below (it used to skip when the probe could not be found)."""
+    from testbed.engines.config import DeepSpeedEngineConfig
+    from testbed.engines.deepspeed_engine import DeepSpeedEngine
 
-    for module in ("testbed.engines.deepspeed_engine", "testbed.engines.base"):
-        try:
-            return importlib.import_module(module).check_hosts_reachable
-        except (ImportError, AttributeError):
-            continue
-    pytest.skip("no check_hosts_reachable in testbed.engines")
+    DeepSpeedEngine(DeepSpeedEngineConfig(type="deepspeed", hostfile=hostfile)).start()
 
 
 @pytest.mark.parametrize("index", range(5), ids=["F-option", "F-option-colon", "o-ProxyCommand", "semicolon",
@@ -332,7 +329,7 @@ def test_a_hostfile_host_that_is_an_ssh_option_is_refused_and_no_ssh_starts(tmp_
     with pytest.raises(UserError) as refused:
         hosts_from_file(hostfile)
     with pytest.raises(UserError) as probed:
-        _probe_function()(str(hostfile))
+        _start_deepspeed_engine(str(hostfile))
 
     for err in (refused, probed):
         assert str(err.value).startswith(f"{hostfile}:2: host {host!r} is not a valid host name or IP address")

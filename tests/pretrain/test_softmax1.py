@@ -98,13 +98,20 @@ def test_document_mask_makes_packed_attention_equal_per_document_attention() -> 
     assert mask[5].tolist() == [False] * 5 + [True]
 
 
-def test_clipped_softmax_reaches_exact_zero() -> None:
-    # Prepare
-    x = torch.tensor([5.0, 0.0, -5.0])
+def test_clipped_softmax_reaches_exact_zero_and_exact_one() -> None:
+    """Catches a clipped softmax without the (zeta - gamma) stretch, with gamma's sign flipped or without the clip
+    (the old test also checked torch.softmax itself): the values are hand-computed from e^5, 1, e^-5."""
+    # Prepare: softmax([5, 0, -5]) = (e^5, 1, e^-5) / (e^5 + 1 + e^-5) = (0.99326, 0.00669, 0.0000454).
+    x = torch.tensor([5.0, 0.0, -5.0], dtype=torch.float64)
+    total = math.exp(5) + 1 + math.exp(-5)
     # Execute
-    probabilities = clipped_softmax(x, gamma=-0.025, zeta=1.0)
-    # Assert: softmax alone is > 0 everywhere; clipping sends the smallest weight to 0.
-    assert probabilities[2] == 0.0 and torch.softmax(x, -1)[2] > 0.0
+    clipped = clipped_softmax(x, gamma=-0.025, zeta=1.0)
+    stretched = clipped_softmax(x, gamma=-0.025, zeta=1.1)
+    # Assert: the two small weights fall below 0.025 / 1.025 and clip to exactly 0; zeta = 1.1 clips the first to 1.
+    torch.testing.assert_close(clipped, torch.tensor([1.025 * math.exp(5) / total - 0.025, 0.0, 0.0],
+                                                     dtype=torch.float64))
+    assert clipped[1] == 0.0 and clipped[2] == 0.0 and stretched[0] == 1.0
+    torch.testing.assert_close(stretched[1:], torch.zeros(2, dtype=torch.float64))
 
 
 def test_hopfield_retrieval_converges_to_the_stored_pattern() -> None:

@@ -118,12 +118,42 @@ def test_cube_puts_the_class_bits_on_features_y_to_y_plus_2():
         np.testing.assert_allclose(rows[:, label : label + 3], np.broadcast_to(bits, (len(rows), 3)), atol=1e-4)
 
 
-def test_random_baseline_acquires_as_many_features_as_aco_per_instance():
-    workload = build_workload(scenario(eval_instances=20, hidden=32, num_samples=400, exhaustive_up_to=6,
-                                       random_candidates=32))
-    workload.train(150)
-    outcomes = workload._rollouts()
-    assert np.array_equal(outcomes["random"].masks.sum(axis=1), outcomes["aco"].masks.sum(axis=1))
+class GatedOracle(nn.Module):
+    """A stand-in classifier that knows the rule of `gated_data`: x_0 > 0 gives class 0; x_0 < 0 needs x_1."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        first = mask[:, 0] & (x[:, 0] > 0)
+        second = mask[:, 0] & (x[:, 0] < 0) & mask[:, 1]
+        logit = torch.where(first, -20.0, torch.where(second, 20.0 * torch.sign(x[:, 1]), 0.0)).double()
+        return torch.stack([-logit, logit], dim=1)
+
+
+def gated_data(rows: int, seed: int):
+    """Label 0 where x_0 > 0, else the sign of x_1 (|x_1| >= 0.5); x_2 is noise."""
+    from testbed.data import Dataset
+
+    rng = np.random.default_rng(seed)
+    gate = np.tile([1.0, 1.0, -1.0, -1.0], rows // 4)
+    second = np.tile([1.0, -1.0], rows // 2) * rng.uniform(0.5, 1.5, rows)  # both signs in both gate groups
+    x = np.stack([gate, second, rng.normal(size=rows)], axis=1)
+    x = x[rng.permutation(rows)]
+    return Dataset("gated", x, np.where(x[:, 0] > 0, 0, x[:, 1] > 0).astype(np.int64), 2, None)
+
+
+def test_random_baseline_acquires_as_many_features_as_aco_on_each_instance():
+    """Catches a random baseline that does not get ACO's per-instance budgets (all features, a mean budget, or
+    budgets of other instances): here ACO's acquisitions are known in closed form, {0} where x_0 > 0 (stop: the
+    class is known) and {0, 1} where x_0 < 0, so the random policy must take 1 or 2 features by that rule."""
+    from testbed.workloads.aco.metrics import run_policies
+
+    train, test = gated_data(40, 0), gated_data(24, 1)
+    outcomes = run_policies(cast(MaskedClassifier, GatedOracle()), train, test, ["aco", "random"], SETTINGS, 24,
+                            torch.Generator().manual_seed(0))
+    negative = test.x[:, 0] < 0
+    expected = np.stack([np.ones(24, dtype=bool), negative, np.zeros(24, dtype=bool)], axis=1)
+    assert np.array_equal(outcomes["aco"].masks, expected) and outcomes["aco"].accuracy == 1.0
+    assert np.array_equal(outcomes["random"].masks.sum(axis=1), 1 + negative)
+    assert not np.array_equal(outcomes["random"].masks, expected)  # the same number of features, drawn at random
 
 
 def test_resume_continues_bit_exactly():

@@ -14,7 +14,7 @@ from testbed.errors import ScenarioError
 from testbed.loading import validate_raw
 from testbed.workloads.bisam.optimizer import BiSAM
 from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, phi_neg_log, phi_tanh, zero_one_loss
-from testbed.workloads.bisam.workload import corrupt_labels
+from testbed.workloads.bisam.workload import PROFILE_SAMPLES, corrupt_labels, perturbation_profile
 from testbed.workloads.runner import build_workload
 from tests.workloads.helpers import resumed_and_uninterrupted
 
@@ -170,12 +170,67 @@ def test_bisam_beats_sgd_under_label_noise():
     assert accuracy["bisam"] >= accuracy["sgd"] + 0.05
 
 
-def test_artifacts_show_the_lower_bound_under_the_error_along_its_direction():
+def test_artifacts_show_the_lower_bound_under_the_error_of_the_trained_model():
+    """Catches a profile taken on other samples or another model state than the report says: at radius 0 both
+    profiles are the trained model's 0-1 error on the first training samples, computed here directly."""
     workload = build_workload(scenario(variant="bisam", hidden=32))
     workload.train(50)
+    workload.model.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(workload.train_set.x[:PROFILE_SAMPLES])
+        error = float((workload.model(x).argmax(dim=1) != torch.from_numpy(workload.train_set.y[:PROFILE_SAMPLES]))
+                      .double().mean())
     arrays = workload.artifacts()
+    assert 0.05 < error < 0.9
     assert np.all(arrays["profile_surrogate"] <= arrays["profile_error_surrogate"] + 1e-9)
-    assert arrays["profile_radius"][0] == 0 and arrays["profile_error_ce"][0] == arrays["profile_error_surrogate"][0]
+    assert arrays["profile_radius"][0] == 0
+    assert arrays["profile_error_surrogate"][0] == pytest.approx(error)
+    assert arrays["profile_error_ce"][0] == pytest.approx(error)
+    assert arrays["profile_error_surrogate"][-1] > error  # 20 rho along the ascent direction: the error grows
+
+
+def test_profile_of_a_two_logit_model_has_its_closed_form():
+    """Catches a profile that does not step along the *unit* gradient, that does not undo one radius before the
+    next, or that descends: for logits (w0, w1) = (1, 0) on x = 1 with label 0 both directions are (-1, 1)/sqrt 2,
+    so at radius r the margin is -1 + r sqrt 2 and every sample is wrong exactly beyond r = 1/sqrt 2."""
+    model = nn.Linear(1, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0], [0.0]]))
+    x, y = torch.ones(8, 1), torch.zeros(8, dtype=torch.long)
+    radii = np.array([0.0, 0.5, 0.7, 0.72, 1.0, 2.0, 3.0])
+    profile = perturbation_profile(model, LowerBoundSurrogate("neg_log", 1.0), x, y, radii)
+    errors = (radii > 1 / math.sqrt(2)).astype(float)
+    np.testing.assert_array_equal(profile["profile_error_surrogate"], errors)
+    np.testing.assert_array_equal(profile["profile_error_ce"], errors)
+    margin = -1 + radii * math.sqrt(2)
+    phi = 1 - np.log1p(np.exp(math.log(math.e - 1) - margin))  # the paper's -log function
+    np.testing.assert_allclose(profile["profile_surrogate"], np.log((1 + np.exp(phi)) / 2), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.weight.detach(), torch.tensor([[1.0], [0.0]]))  # put back afterwards
+
+
+def test_profile_follows_each_direction_and_not_the_other():
+    """Catches swapped directions (the BiSAM curve along grad CE or the SAM curve along grad Q) or a surrogate
+    curve taken off its direction: an independent copy of the model moved by r times each unit gradient must
+    give the same errors and lower bound, and the two directions' errors differ by far more than one sample."""
+    model = tiny_model()
+    x = torch.randn(256, 6, generator=torch.Generator().manual_seed(5))
+    y = torch.randint(0, 4, (256,), generator=torch.Generator().manual_seed(6))
+    radii = np.array([0.0, 1.0, 2.0, 4.0, 8.0])
+    profile = perturbation_profile(model, LowerBoundSurrogate("neg_log", 1.0), x, y, radii)
+    expected: dict[str, list[float]] = {"surrogate": [], "ce": [], "bound": []}
+    for name, loss in {"surrogate": written_out_q, "ce": F.cross_entropy}.items():
+        for radius in radii:
+            moved = tiny_model()
+            direction = unit_gradient(moved, loss(moved(x), y), 1.0)
+            with torch.no_grad():
+                for param, step in zip(moved.parameters(), direction):
+                    param.add_(step, alpha=float(radius))
+                expected[name].append(float(zero_one_loss(moved(x), y).mean()))
+                if name == "surrogate":  # the paper's Q minus its log(K)/mu overshoot
+                    expected["bound"].append(float(written_out_q(moved(x), y)) - math.log(4))
+        np.testing.assert_allclose(profile[f"profile_error_{name}"], expected[name], atol=1.5 / len(y))
+    np.testing.assert_allclose(profile["profile_surrogate"], expected["bound"], atol=1e-5)
+    assert np.abs(np.subtract(expected["surrogate"], expected["ce"])).max() > 8 / len(y)  # 0.82 vs 0.76 at r = 1
 
 
 @pytest.mark.parametrize("field, value", [

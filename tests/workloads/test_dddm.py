@@ -18,11 +18,19 @@ def scenario(seed: int = 0, **workload):
 
 
 def test_direct_parametrisation_is_x_t_minus_the_network():
+    """Catches x_t + F instead of x_t - F, or a network that is not shown the fed-back estimate: with a last layer
+    that outputs a known constant b the estimate is exactly x_t - b (the old check zeroed F, where any sign
+    passes), and with the trained weights the estimate input changes the output."""
+    torch.manual_seed(0)
     model = diffusion.Denoiser(2, 16, 100, conditioned=True)
     torch.nn.init.zeros_(model.net[-1].weight)
-    torch.nn.init.zeros_(model.net[-1].bias)
+    with torch.no_grad():
+        model.net[-1].bias.copy_(torch.tensor([0.5, -2.0]))
     x_t, estimate = torch.randn(5, 2), torch.randn(5, 2)
-    assert torch.equal(model(x_t, torch.arange(5), estimate), x_t)
+    torch.testing.assert_close(model(x_t, torch.arange(5), estimate), x_t - torch.tensor([0.5, -2.0]))
+    torch.nn.init.normal_(model.net[-1].weight)
+    with torch.no_grad():
+        assert not torch.allclose(model(x_t, torch.arange(5), estimate), model(x_t, torch.arange(5), -estimate))
 
 
 def test_buffer_has_one_slot_per_training_sample_refreshed_with_model_estimates(monkeypatch):

@@ -49,16 +49,23 @@ def test_rates_generate_the_masking_path_for_every_eta(eta):
         assert torch.allclose(p, path_marginal(p_clean, until), atol=1e-9)
 
 
-def test_a_remask_rate_without_its_balancing_unmask_rate_breaks_the_marginals():
-    p_clean = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
-
-    def unbalanced(p, t, eta):  # re-masks at eta but unmasks only at the minimal rate 1 / (1 - t)
-        rates = ctmc.rate_matrix(p, t, 0.0)
-        rates[:-1, -1] = eta
-        return rates - torch.diag(rates.sum(1))
-
-    p = integrate_master_equation(p_clean, 5.0, 0.9, rates=unbalanced)
-    assert (p - path_marginal(p_clean, 0.9)).abs().max() > 0.1
+@pytest.mark.parametrize("eta", [0.0, 3.0])
+def test_the_samplers_masking_step_keeps_the_masking_path(eta):
+    """Catches a sampler step whose re-masking is not balanced by its unmasking (the eta-boosted rate
+    (1 + eta t) / (1 - t)), or that re-masks at the wrong rate: from the path's marginal at t (a share 1 - t
+    masked), one `masking_step` of the real sampler must leave a share 1 - t - dt masked and re-mask a share
+    eta dt of the unmasked dimensions (the earlier test checked a rate function written in the test)."""
+    t, dt, size = 0.4, 0.02, 400_000
+    generator = torch.Generator().manual_seed(int(eta))
+    x = torch.where(torch.rand(size, generator=generator) < 1 - t, 3, torch.randint(0, 3, (size,), generator=generator))
+    probs = torch.full((size, 3), 1 / 3)
+    after = ctmc.masking_step(x, probs, t, dt, eta, False, 3, generator)
+    sampling = 8 * math.sqrt(0.25 / size)  # the start's share and the step's draws, 4 standard errors each
+    assert float((after == 3).double().mean()) == pytest.approx(1 - (t + dt), abs=sampling)
+    remasked = float(((after == 3) & (x != 3)).double().sum() / (x != 3).sum())
+    assert remasked == pytest.approx(eta * dt, abs=4 * math.sqrt(0.25 / (t * size)))
+    unmasked = after[(x == 3) & (after != 3)]
+    assert torch.equal(torch.bincount(unmasked, minlength=3).bool(), torch.ones(3, dtype=torch.bool))
 
 
 def test_euler_step_keeps_the_expected_mask_share_exactly():

@@ -74,19 +74,49 @@ def test_flux_divergence_sums_to_zero_over_the_graph():
     assert float(div.abs().sum()) > 1.0  # not trivially zero: mass moves between cells
 
 
-def test_comgnn_mass_updates_cancel_over_the_graph_and_a_bias_would_break_it():
+def test_comgnn_mass_updates_cancel_over_the_graph_and_an_isolated_cell_receives_none():
+    """Catches a bias in ComGNN's mass layer W (or a divergence that is not in-minus-out): each block's update
+    must sum to zero over a D8 graph, and a cell without edges must get no update at all."""
     torch.manual_seed(0)
     model = ComGNN(hidden=16).double()
     edges = torch.as_tensor(d8_edges(regions(12)[0]))
-    x = torch.randn(144, 16, dtype=torch.float64)
-    z = model.elevation(torch.randn(144, 1, dtype=torch.float64)).detach()
+    x = torch.randn(145, 16, dtype=torch.float64)  # cell 144 has no edge: nothing flows in or out of it
+    z = model.elevation(torch.randn(145, 1, dtype=torch.float64)).detach()
     with torch.no_grad():
-        _, q, updates = model.dispersion(x, z, torch.zeros(len(edges), 16, dtype=torch.float64), edges)
+        out, _, updates = model.dispersion(x, z, torch.zeros(len(edges), 16, dtype=torch.float64), edges)
     for update in updates:
         assert float(update.sum(0).abs().max()) < 1e-12 and float(update.abs().max()) > 1e-3
-    biased = torch.nn.Linear(16, 16, bias=True).double()
+        assert float(update[144].abs().max()) == 0.0
+    # Two blocks with a tanh between them: the isolated cell's state is only squashed, never moved.
+    torch.testing.assert_close(out[144], torch.tanh(x[144]), rtol=0, atol=1e-15)
+
+
+def test_comgnn_dispersion_matches_an_edge_by_edge_reference():
+    """Catches a flux driven by the wrong surface difference (target - source, or x without z), a gate read
+    at the wrong end of the edge, or fluxes that do not persist across blocks: a loop over the edges of a
+    small hand-made graph, following the paper's Eqs. 6-8, must give the same states and fluxes."""
+    torch.manual_seed(1)
+    model = ComGNN(hidden=8, blocks=2).double()
+    edges = torch.tensor([[0, 1], [1, 2], [3, 2], [2, 4]])
+    x = torch.randn(5, 8, dtype=torch.float64)
+    z = torch.randn(5, 8, dtype=torch.float64)
+    q0 = torch.randn(4, 8, dtype=torch.float64)
     with torch.no_grad():
-        assert float(biased(flux_divergence(q, edges, 144)).sum(0).abs().max()) > 1e-3
+        got_x, got_q, _ = model.dispersion(x, z, q0, edges)
+        state, fluxes = x.clone(), [q0[e].clone() for e in range(4)]
+        for block, (gate, flux, mass) in enumerate(zip(model.gates, model.fluxes, model.mass)):
+            for e, (i, j) in enumerate(edges.tolist()):
+                drive = (state[i] + z[i]) - (state[j] + z[j])
+                fluxes[e] = fluxes[e] + torch.sigmoid(gate(state[i])) * flux(drive)
+            net = [torch.zeros(8, dtype=torch.float64) for _ in range(5)]
+            for e, (i, j) in enumerate(edges.tolist()):
+                net[j] = net[j] + fluxes[e]  # what flows in ...
+                net[i] = net[i] - fluxes[e]  # ... leaves its source
+            state = state + torch.stack([mass(v) for v in net])
+            if block == 0:
+                state = torch.tanh(state)
+    torch.testing.assert_close(got_q, torch.stack(fluxes))
+    torch.testing.assert_close(got_x, state)
 
 
 def test_retention_is_local_to_each_cell():

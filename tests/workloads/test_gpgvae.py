@@ -77,30 +77,48 @@ def test_samples_are_symmetric_loop_free_graphs_and_the_relaxation_is_differenti
     assert logits.grad is not None and logits.grad.abs().sum() > 0
 
 
-def test_score_function_gradient_is_unbiased_on_a_three_player_graph():
-    """The mean of (f(A) - b) d log q(A) matches the exact gradient of E_q[f(A)] over the 8 graphs of 3 players."""
-    logits = torch.tensor([[0.0, 0.4, -0.7], [0.4, 0.0, 1.1], [-0.7, 1.1, 0.0]])[None]
-    weights = torch.tensor([[0.0, 2.0, -1.0], [2.0, 0.0, 0.5], [-1.0, 0.5, 0.0]])[None]
-    f = lambda a: (weights * a).sum((1, 2)) ** 2  # non-linear in A
+def test_elbo_loss_gradients_are_unbiased_on_a_three_player_graph():
+    """Catches a score-function term with the wrong sign, without log q(A), with an undetached or badly placed
+    baseline, a decoder term missing, or a wrong KL weight: averaged over many draws, the gradients of
+    `elbo_loss` (estimator "score") must match the exact gradients of E_q[NLL(A)] + beta_1 KL, summed here over
+    all 8 graphs of 3 players, within four standard errors."""
+    logits = torch.tensor([[0.0, 0.4, -0.7], [0.4, 0.0, 1.1], [-0.7, 1.1, 0.0]], dtype=torch.float64)[None]
+    actions = torch.tensor([[[1.0, -0.5, 0.3, 2.0], [0.8, -0.2, 0.5, 1.5], [-1.0, 0.7, 0.0, -1.2]]],
+                           dtype=torch.float64)
+    prior = torch.full((1, 3, 3), 0.3, dtype=torch.float64)
+    slope, log_scale = torch.tensor([0.9], dtype=torch.float64), torch.tensor([-0.2], dtype=torch.float64)
+    kl_weight = 0.5
     pairs = ((0, 1), (0, 2), (1, 2))
-    exact_logits = logits.clone().requires_grad_(True)
+    # Exact: E_q[NLL] over the 8 graphs, plus the analytic KL written out from the Bernoulli formula.
+    exact_logits, exact_slope = logits.clone().requires_grad_(True), slope.clone().requires_grad_(True)
     probability = torch.sigmoid(exact_logits)[0]
-    expectation = torch.zeros(())
+    expectation = torch.zeros((), dtype=torch.float64)
     for bits in range(8):
-        graph, q = torch.zeros(1, 3, 3), torch.ones(())
+        graph, q = torch.zeros(1, 3, 3, dtype=torch.float64), torch.ones((), dtype=torch.float64)
         for k, (i, j) in enumerate(pairs):
             bit = (bits >> k) & 1
             graph[0, i, j] = graph[0, j, i] = bit
             q = q * (probability[i, j] if bit else 1 - probability[i, j])
-        expectation = expectation + q * f(graph)[0]
-    exact = torch.autograd.grad(expectation, exact_logits)[0][0]
-    samples = 20000
-    sampled_logits = logits.expand(samples, 3, 3).clone().requires_grad_(True)
-    graphs = model.sample_hard(sampled_logits.detach(), torch.Generator().manual_seed(0))
-    surrogate = ((f(graphs) - 3.0) * model.log_prob_hard(sampled_logits, graphs)).mean()
-    estimate = torch.autograd.grad(surrogate, sampled_logits)[0].sum(0)
-    for i, j in pairs:  # a pair's logit appears twice in the exact matrix (i, j) and (j, i), once in log q
-        assert float(estimate[i, j]) == pytest.approx(float(exact[i, j] + exact[j, i]), abs=0.15)
+        expectation = expectation + q * model.best_response_nll(actions, graph, exact_slope, log_scale)[0]
+    p = torch.stack([probability[i, j] for i, j in pairs])
+    kl = (p * torch.log(p / 0.3) + (1 - p) * torch.log((1 - p) / 0.7)).sum()
+    exact_grad_logits, exact_grad_slope = torch.autograd.grad(expectation + kl_weight * kl, (exact_logits, exact_slope))
+    # Estimated: one elbo_loss over a batch of identical graphs; each copy's gradient is one draw / samples.
+    samples = 40000
+    batch = lambda t, *shape: t.float().expand(samples, *shape).clone()  # sample_hard draws float32 graphs
+    batch_logits, batch_slope = batch(logits, 3, 3).requires_grad_(True), batch(slope).requires_grad_(True)
+    loss, _ = model.elbo_loss(batch_logits, batch(actions, 3, 4), batch(prior, 3, 3), batch_slope, batch(log_scale),
+                              "score", kl_weight, 0.5, torch.tensor(float(expectation.detach())),
+                              torch.Generator().manual_seed(0))
+    draws_logits, draws_slope = (g.double() * samples for g in torch.autograd.grad(loss, (batch_logits, batch_slope)))
+    for i, j in pairs:  # the upper triangle holds a pair's logit
+        draws = draws_logits[:, i, j]
+        error = 4 * float(draws.std()) / samples**0.5
+        assert float(draws.mean()) == pytest.approx(float(exact_grad_logits[0, i, j]), abs=error)
+        assert abs(float(exact_grad_logits[0, i, j])) > 2 * error  # the check can tell a wrong gradient
+    assert float(draws_logits[:, 1, 0].abs().max()) == 0.0  # the mirrored entry is not a variable
+    error = 4 * float(draws_slope.std()) / samples**0.5
+    assert float(draws_slope.mean()) == pytest.approx(float(exact_grad_slope[0]), abs=error)
 
 
 def test_type_classifier_reads_the_sign_of_the_interaction():

@@ -98,11 +98,21 @@ def test_training_moves_only_free_points_and_keeps_them_in_the_square():
         assert bool(((after >= 0) & (after <= 1)).all())
 
 
-def test_baseline_variants_do_not_train():
-    workload = build_workload(scenario(**{**SMALL, "record_steps": 40, "variant": "kmeans"}))
+def test_baseline_variants_do_not_train_and_their_ratio_is_to_the_kmeans_grid():
+    """Catches baselines whose points move in training, or a ratio that is not own error / k-means error (a
+    k-means run divides k-means by itself; the random subsample must come out worse than k-means, as its
+    separately computed errors say)."""
+    workload = build_workload(scenario(**{**SMALL, "record_steps": 40, "variant": "random"}))
+    points = {eq: workload.model(eq, 10).points().detach().clone() for eq in ("parabolic", "wave")}
     before = workload.evaluate()
     assert workload.train(2) == {}
-    assert workload.evaluate() == before and before["test_worst_ratio"] == 1.0
+    assert workload.evaluate() == before
+    for eq, start in points.items():
+        assert torch.equal(workload.model(eq, 10).points().detach(), start)
+        assert torch.equal(workload.model(eq, 10).points(), workload.model(eq, 10, "random").points())
+    ratios = [workload.loss_of(eq, 10, "random") / workload.loss_of(eq, 10, "kmeans") for eq in ("parabolic", "wave")]
+    assert before["test_parabolic_ratio_x10"] == pytest.approx(ratios[0], rel=1e-9)
+    assert before["test_worst_ratio"] == pytest.approx(max(ratios), rel=1e-9) and min(ratios) > 1.1
 
 
 def test_resume_continues_bit_exactly():

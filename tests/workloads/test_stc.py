@@ -4,6 +4,7 @@ errors, and a federated FedAvg run of the spiking predictor."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -83,18 +84,34 @@ def test_stc_with_silent_pathways_is_a_non_leaky_integrate_and_fire_neuron():
         torch.testing.assert_close(state[0], membrane)
 
 
-def test_stc_gates_stay_inside_zero_two_and_depend_on_the_previous_spikes():
-    torch.manual_seed(1)
+def test_stc_gates_scale_membrane_and_current_by_the_previous_spikes():
+    """Catches swapped gates (the temporal one on the current), a gate without its 1 + (tanh alone, or sigmoid),
+    or a forward pass that feeds the gates anything but the layer's previous spikes: with hand-set pathways the
+    gates have closed forms, 1 + tanh(+-1) where the neuron did or did not fire, and 1 + tanh(-1) on the current."""
+    torch.manual_seed(0)
     layer = SpikingLayer(2, 4, "stc").double()
+    conv, norm = layer.temporal
     with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.mul_(3)  # large pathways, still short of saturating tanh in float64
-    spikes = (torch.rand(3, 4, 5, 5) > 0.5).double()
-    for gate in layer.gates(spikes):
-        assert bool(((gate > 0) & (gate < 2)).all())
-    retain_a, _ = layer.gates(spikes)
-    retain_b, _ = layer.gates(1 - spikes)
-    assert not torch.equal(retain_a, retain_b)
+        conv.weight.zero_()
+        conv.weight[range(4), range(4), 1, 1] = 1.0  # C_h: each channel sees its own spike at its own pixel
+        norm.weight.fill_(1.0)
+        norm.bias.zero_()
+        layer.spatial[0].weight.zero_()  # C_v: silent convolution, so the gate on the current is 1 + tanh(bias)
+        layer.spatial[1].bias.fill_(-1.0)
+    spikes = torch.tensor([1.0, 0.0], dtype=torch.float64).expand(1, 4, 1, 2)  # fired at pixel 0, not at pixel 1
+    # GroupNorm with one channel a group: (S - 1/2) / sqrt(1/4 + eps) over the two pixels.
+    normalised = torch.tensor([0.5, -0.5], dtype=torch.float64) / math.sqrt(0.25 + 1e-5)
+    retain, admit = 1 + torch.tanh(normalised), 1 + math.tanh(-1.0)
+    membrane = torch.rand(1, 4, 1, 2, dtype=torch.float64)
+    x = torch.rand(1, 2, 1, 2, dtype=torch.float64)
+    current = layer.current(x)
+    expected = membrane * retain + current * admit
+    torch.testing.assert_close(layer.charge(membrane, current, spikes), expected)
+    fired, (reset, kept) = layer(x, (membrane, spikes))
+    torch.testing.assert_close(fired, (expected >= 1.0).double())
+    torch.testing.assert_close(reset, expected - fired)
+    assert torch.equal(kept, fired)
+    assert float(retain[0]) > 1.7 and float(retain[1]) < 0.3  # a neuron that fired keeps more than all of V
 
 
 def test_metrics_have_their_closed_forms():
@@ -155,21 +172,28 @@ FEDERATED = {
     # 10% of the sequences for training, split by digit: each client sees different digits
     "data": {"dataset": "moving_digits", "test_fraction": 0.9, "num_clients": 2,
              "partition": {"type": "shards", "classes_per_client": 5}},
-    "workload": {"name": "stc", "variant": "stc", "channels": 4, "batch_size": 16},
-    "federated": {"rounds": 2, "local_epochs": 1, "proximal_mu": 0.0, "strategy": {"name": "fedavg"}},
+    "workload": {"name": "stc", "variant": "stc", "channels": 4, "batch_size": 16, "lr": 0.01},
+    "federated": {"rounds": 3, "local_epochs": 2, "proximal_mu": 0.0, "strategy": {"name": "fedavg"}},
     "report": {"kind": "training"},
 }
 
 
 def test_stc_trains_as_a_federated_client_workload_under_fedavg(tmp_path):
+    """Catches clients that do not train or a server that does not average what they learnt: the final global
+    model must beat the all-black predictor (MSE 0.0587 on these frames), which an untrained or barely trained
+    one does not (2 rounds of 1 epoch at lr 3e-3 gave 0.0589). Calibrated on seeds 3-5: final MSE 0.0511 /
+    0.0534 / 0.0506, i.e. 0.86-0.91 of all-black."""
     path = tmp_path / "fed.yaml"
     path.write_text(yaml.safe_dump(FEDERATED))
     done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", str(tmp_path / "run"),
                            "--quiet"], env={**os.environ, "CI": "1"}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rounds = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rounds] == [1, 2]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
     assert all(r["clients_trained"] == 2 and r["clients_failed"] == 0 for r in rounds)
-    assert all(0 < r["test_mse"] < 0.1 and 0 < r["test_ssim"] <= 1 for r in rounds)
+    assert all(0 < r["test_ssim"] <= 1 for r in rounds)
+    future = DATASETS["moving_digits"]().x[:, 5:]  # after the 5 input frames (frames_in's default)
+    all_black = float((future.astype(np.float64) ** 2).mean())
+    assert rounds[-1]["test_mse"] < 0.95 * all_black
     histograms = np.load(tmp_path / "run" / "artifacts.npz")["label_histograms"]
     assert ((histograms > 0).sum(1) == 5).all() and ((histograms > 0).sum(0) == 1).all()  # disjoint digits

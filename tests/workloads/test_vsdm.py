@@ -60,26 +60,41 @@ def test_closed_form_covariance_matches_simulated_forward_paths():
         assert torch.allclose(simulated, closed, atol=0.05 * closed.abs().max())
 
 
-def test_a_update_gradient_is_the_closed_form_of_the_sb_fbsde_loss():
+def test_a_update_loss_is_least_where_the_forward_policy_cancels_the_backward_one():
+    """Catches a wrong sign or scale of the z_f . z_b term, beta read at the wrong path row, a divergence term
+    that is not zeta beta tr(A), or a wrong time weighting. The SB-FBSDE loss is (1/2)|z_f + z_b|^2 - (1/2)|z_b|^2
+    plus the divergence, so: (1) with zeta = 0 and z_b = -sqrt(beta) A0 x it is least at A = A0, whatever x is at
+    each time; (2) with the same points x at every time its minimiser is A0 - zeta S^-1, S = E[x x^T];
+    (3) with z_b = 0 and fixed x it is the integral of beta times (1/2)|Ax|^2 + zeta tr A (a Riemann sum)."""
     workload = build_workload(scenario(time_steps=10))
-    bridge = workload.bridge
+    bridge, a = workload.bridge, workload.a
+    rows = len(bridge.times)
+    beta = bridge.schedule.beta(bridge.times.flip(0))[:, None, None]  # path row k sits at grid time rows - 1 - k
     generator = torch.Generator().manual_seed(1)
+    a0 = torch.tensor([[0.3, -0.5], [0.2, 0.1]])
+    spread = torch.linspace(0.2, 3.0, rows)[:, None, None] * torch.tensor([1.0, -0.5])  # moments change along the path
+    path = torch.randn(rows, 64, 2, generator=generator) * spread.abs() + spread
+
+    def gradient_at(matrix: torch.Tensor, path: torch.Tensor, policies: torch.Tensor, zeta: float) -> torch.Tensor:
+        with torch.no_grad():
+            a.copy_(matrix)
+        return torch.autograd.grad(bridge.forward_policy_loss(path, policies, zeta), a)[0]
+
+    torch.testing.assert_close(gradient_at(a0, path, -beta.sqrt() * path @ a0.T, 0.0), torch.zeros(2, 2),
+                               atol=1e-5, rtol=0)
+    assert float(gradient_at(a0 + 0.1, path, -beta.sqrt() * path @ a0.T, 0.0).abs().max()) > 0.1
+    same = torch.randn(64, 2, generator=generator).expand(rows, 64, 2)
+    second_moment = same[0].T @ same[0] / 64
+    minimiser = a0 - 0.75 * torch.linalg.inv(second_moment)
+    torch.testing.assert_close(gradient_at(minimiser, same, -beta.sqrt() * same @ a0.T, 0.75), torch.zeros(2, 2),
+                               atol=1e-4, rtol=0)
+    fine = build_workload(scenario(time_steps=400)).bridge
     with torch.no_grad():
-        workload.a.copy_(torch.tensor([[0.1, -0.2], [0.05, -0.3]]))
-    path = torch.randn(11, 64, 2, generator=generator)
-    policies = torch.randn(11, 64, 2, generator=generator)
-    zeta = 0.75
-    loss = bridge.forward_policy_loss(path, policies, zeta)
-    (gradient,) = torch.autograd.grad(loss, workload.a)
-    index = torch.arange(10, -1, -1)
-    beta = SCHEDULE.beta(bridge.times[index])
-    dt = torch.diff(bridge.times, prepend=torch.zeros(1))[index]
-    expected = torch.zeros(2, 2)
-    for k in range(11):  # d/dA of 1/2 beta |Ax|^2 + sqrt(beta) (Ax).z_b + zeta beta tr(A), times dt
-        x, z = path[k], policies[k]
-        term = beta[k] * workload.a.detach() @ (x.T @ x) / 64 + beta[k].sqrt() * (z.T @ x) / 64
-        expected += dt[k] * (term + zeta * beta[k] * torch.eye(2))
-    assert torch.allclose(gradient, expected, atol=1e-5)
+        fine.a.copy_(a0)
+        per_time = 0.5 * ((same[0] @ a0.T) ** 2).sum(1).mean() + 0.75 * torch.trace(a0)
+        loss = fine.forward_policy_loss(same[:1].expand(401, 64, 2), torch.zeros(401, 64, 2), 0.75)
+    integral = fine.schedule.integral(torch.tensor(1.0))
+    assert float(loss) == pytest.approx(float(integral * per_time), rel=0.01)
 
 
 def test_exact_score_with_a_matched_prior_reproduces_the_data_covariance():
