@@ -26,6 +26,7 @@ _BINARY: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
 }
 _FUNCTIONS: dict[str, Callable[..., float]] = {"abs": abs, "min": min, "max": max}
+ROUNDING = 1e-9
 _SYMBOL = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<="}
 
 
@@ -61,9 +62,12 @@ class Comparison:
         return _value(self.left, metrics), _value(self.right, metrics)
 
     def margin(self, metrics: ArmMetrics) -> float:
-        """Positive where the comparison holds for these metrics (one seed)."""
+        """Positive where the comparison holds for these metrics (one seed). A difference within
+        `ROUNDING` of the sides' size is floating-point rounding (the same number computed two
+        ways), and counts as zero: it must not call a claim reproduced."""
         left, right = self.values(metrics)
-        return left - right if self.greater else right - left
+        margin = left - right if self.greater else right - left
+        return 0.0 if abs(margin) <= ROUNDING * max(abs(left), abs(right)) else margin
 
 
 def parse_comparison(text: str) -> Comparison:

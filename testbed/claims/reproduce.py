@@ -5,8 +5,9 @@ For each paper of `testbed.claims.papers.PAPERS` asked for, each of its scenario
 those the result file lacks or holds stale), as ``testbed run`` would run it; a second call resumes
 the same folders. The completed variants' final metrics are merged into the scenario's result file
 (``--docs-only`` runs nothing but still merges what the sweep folders completed so far, so the
-finished runs of an interrupted reproduce are kept); then the statements are evaluated and ``docs/reproduction.md`` and the per-paper tables are written
-from the result files of every paper (so reproducing one paper rewrites only its rows).
+finished runs of an interrupted reproduce are kept); then the statements are evaluated and
+``docs/reproduction.md`` and the per-paper tables are written from the result files of every paper
+(so reproducing one paper rewrites only its rows).
 
 ``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
 seeds, writes its result files and docs under the runs folder (never the repository's docs) and
@@ -75,7 +76,7 @@ def load(root: Path, path: str, size: str) -> ScenarioClaims:
     scenario = validate_raw(raw, source)
     assert scenario.claims is not None and scenario.sweep is not None  # the schema: claims need a sweep
     variants = expand_variants(raw, source)
-    check_claims(scenario.claims, variants, source)
+    check_claims(scenario.claims, variants, source, for_each_values=1 if size == "test" else 2)
     arms = scenario.claims.arms.values()
     read = {slug: variant for slug, variant in variants.items() if any(selects(arm, variant) for arm in arms)}
     return ScenarioClaims(path, raw, scenario.claims, read)

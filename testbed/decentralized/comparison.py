@@ -133,3 +133,26 @@ def crossover(result: dict[str, np.ndarray]) -> Crossover:
             overtakes = int(distance[index])
             break
     return {"walk_below_gossip_at": below, "gossip_overtakes_from": overtakes}
+
+
+def final_numbers(result: dict[str, np.ndarray]) -> dict[str, float]:
+    """The scalar summary of one topology's profiles that a run reports as final metrics.
+
+    ``walk_below_gossip_share``: the share of the distances present at which the random walk's
+    mean loss is strictly below gossip's; ``gossip_overtakes_from``: `crossover`'s distance, or the
+    sentinel ``max_distance + 1`` when gossip never overtakes (so ``gossip_overtakes_from <=
+    max_distance`` says that it does); ``random_walk_d1`` and ``gossip_d1``: the mean losses at
+    distance 1; ``max_distance``: the largest distance present (the graph's diameter when every
+    pair is counted).
+    """
+    distance = result["random_walk.distance"]
+    walk, gossip = result["random_walk.mean"], result["gossip.mean"]
+    largest = int(distance.max())
+    overtakes = crossover(result)["gossip_overtakes_from"]
+    numbers = {"walk_below_gossip_share": float(np.mean(walk < gossip)),
+               "gossip_overtakes_from": float(largest + 1 if overtakes is None else overtakes),
+               "max_distance": float(largest)}
+    at_one = np.flatnonzero(distance == 1)
+    if at_one.size:
+        numbers.update(random_walk_d1=float(walk[at_one[0]]), gossip_d1=float(gossip[at_one[0]]))
+    return numbers

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.decentralized import driver
+from testbed.decentralized import comparison, driver
 from testbed.decentralized.problem import build_graph, build_problem
 from testbed.errors import ScenarioError
 from testbed.runner import RunContext, Runner
@@ -58,7 +58,8 @@ class DecentralizedRunner(Runner):
         if config.algorithms:
             self._train_all(ctx, problem, plans, saved, data)
         ctx.run.write_artifacts(_artifacts(saved))
-        return {f"{alg}.{k}": v for alg, result in saved["done"].items() for k, v in result["numbers"].items()}
+        numbers = {f"{alg}.{k}": v for alg, result in saved["done"].items() for k, v in result["numbers"].items()}
+        return {**numbers, **_comparison_numbers(saved, config)}
 
     def _train_all(self, ctx: RunContext, problem, plans: dict, saved: dict, data: dict) -> None:
         """Each algorithm in turn on the engine's nodes backend; checkpoint names keep growing."""
@@ -122,6 +123,18 @@ def _check_training(scenario: Scenario, source: str, n: int) -> None:
         raise ScenarioError(f"{source}: {err}") from None
     for algorithm in config.algorithms:  # the run plans each algorithm's noise and stopping step first
         driver.plan(problem, config.phase(algorithm), source)
+
+
+def _comparison_numbers(saved: dict, config) -> dict[str, float]:
+    """``comparison.<index>.<topology name>.<number>`` for each compared topology: the scalars of
+    `comparison.final_numbers` (walk-below-gossip share, crossover distance with its sentinel
+    ``max_distance + 1`` when gossip never overtakes, mean losses at distance 1)."""
+    specs = config.comparison.topologies
+    numbers = {}
+    for index, result in saved.get("comparison", {}).items():
+        name = specs[int(index)].name if specs else config.topology.name
+        numbers.update({f"comparison.{index}.{name}.{k}": v for k, v in comparison.final_numbers(result).items()})
+    return numbers
 
 
 def _artifacts(saved: dict) -> dict:

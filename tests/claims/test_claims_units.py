@@ -162,3 +162,10 @@ def test_a_record_of_another_scenario_is_stale_and_not_used():
     records = {"a0": {"config": variant_hash(variant), "final_metrics": {"acc": 0.5}}}
     assert current(records, {"a0": on_ray}) == records
     assert current(records, {"a0": changed}) == {}
+
+
+def test_a_difference_of_floating_point_rounding_is_no_margin():
+    # 10 vs 10 computed two ways differs by 1e-15: that must not make a claim reproduced.
+    comparison = parse_comparison("a.eps < b.eps")
+    assert comparison.margin({"a": {"eps": 10.0 - 5e-15}, "b": {"eps": 10.0}}) == 0.0
+    assert comparison.margin({"a": {"eps": 9.99}, "b": {"eps": 10.0}}) == pytest.approx(0.01)
