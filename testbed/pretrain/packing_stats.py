@@ -36,14 +36,22 @@ class PackingStats:
         cls, sequences: Sequence[Sequence[tuple[int, int, int]]], lengths: Sequence[int] | np.ndarray, capacity: int
     ) -> PackingStats:
         """Compute the statistics of `sequences` (lists of (doc_id, start, end) segments)."""
+        segment_docs = np.fromiter((segment[0] for seq in sequences for segment in seq), dtype=np.int64)
+        return cls.from_segment_documents(segment_docs, len(sequences), lengths, capacity)
+
+    @classmethod
+    def from_segment_documents(
+        cls, segment_docs: Sequence[int] | np.ndarray, n_sequences: int, lengths: Sequence[int] | np.ndarray,
+        capacity: int,
+    ) -> PackingStats:
+        """The same statistics from the document of every segment and the number of sequences (what a
+        stored packing's arrays hold, without building its sequences)."""
         doc_lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
         n_documents = doc_lengths.size
         n_tokens = int(doc_lengths.sum())
-        segment_docs = np.fromiter((segment[0] for seq in sequences for segment in seq), dtype=np.int64)
-        pieces = np.bincount(segment_docs, minlength=n_documents)
+        pieces = np.bincount(np.asarray(segment_docs, dtype=np.int64).reshape(-1), minlength=n_documents)
         cuts = np.maximum(pieces - 1, 0)
         forced_cuts = np.maximum(-(-doc_lengths // capacity) - 1, 0)
-        n_sequences = len(sequences)
         lower_bound = -(-n_tokens // capacity)
         fill_rate = n_tokens / (n_sequences * capacity) if n_sequences else 1.0
         return cls(

@@ -7,7 +7,8 @@ the result. Layout of ``RUN/corpus/``::
     train.tokens.bin, .offsets.npy    training documents, each ending with <|endoftext|>
     heldout.tokens.bin, .offsets.npy  held-out documents (perplexity, fact recall)
     train.packed.offsets.npy          the packing: sequence i is segments[offsets[i]:offsets[i + 1]],
-    train.packed.segments.npy         each row (document, start, end)
+    train.packed.segments.npy         each row (document, start, end); its statistics are among the
+                                      run's final metrics (`packing_final_metrics`)
     heldout.packed.*.npy              the first eval_documents held-out documents, best-fit packed
     factrecall_eval.json              questions of held-out fact-recall documents (factrecall corpus only)
     manifest.json                     sizes and special ids; written last, so its presence marks a complete folder
@@ -138,6 +139,26 @@ def _write_factrecall_questions(path: Path, config: PretrainConfig, seed: int) -
     questions = [{"prompt": document.text[: q.prompt_end], "answer": q.answer, "stated_values": list(q.stated_values)}
                  for document in documents for q in document.questions]
     path.write_text(json.dumps(questions))
+
+
+# The packing statistics a run reports among its final metrics, as "packing.<name>".
+PACKING_FINAL_METRICS = ("truncated_share", "padding_share", "excess_sequence_share")
+
+
+def train_packing_stats(folder: Path) -> PackingStats:
+    """Packing statistics of the training packing stored in the corpus folder ``folder`` (the run's own
+    method on its training documents: the same numbers as that method's row of ``packing_stats``)."""
+    manifest = CorpusManifest.load(folder)
+    packed = PackedSequences.load(folder / "train")
+    lengths = TokenStore(folder / "train", manifest.vocab_size).lengths
+    return PackingStats.from_segment_documents(packed.segments[:, 0], len(packed), lengths, manifest.context_length)
+
+
+def packing_final_metrics(folder: Path) -> dict[str, float]:
+    """``packing.truncated_share``, ``packing.padding_share``, ``packing.excess_sequence_share`` of the
+    training packing in the corpus folder ``folder``."""
+    stats = train_packing_stats(folder).as_dict()
+    return {f"packing.{name}": float(stats[name]) for name in PACKING_FINAL_METRICS}
 
 
 def packing_report_arrays(lengths: np.ndarray, capacity: int, buffer_size: int | None) -> dict[str, np.ndarray]:

@@ -11,7 +11,9 @@ primitive (`testbed.pretrain.launch`: the deepspeed launcher, one local process,
 whichever the engine is), and streams
 their events into the run folder: each metrics record goes to metrics.jsonl, each finished
 DeepSpeed checkpoint becomes a ``ckpt-<step>.pt`` that names its DeepSpeed tag. ``testbed resume``
-starts the processes again from the newest such checkpoint.
+starts the processes again from the newest such checkpoint. The final metrics are the last record's
+scalars plus the training packing's ``packing.truncated_share``, ``packing.padding_share`` and
+``packing.excess_sequence_share`` (`testbed.pretrain.prepare.packing_final_metrics`; not for a ViT).
 """
 
 from __future__ import annotations
@@ -107,8 +109,15 @@ class PretrainRunner(Runner):
 
         last = records[-1]
         ctx.timings.update({key: last[key] for key in MetricWindow.TIMINGS if key in last})
-        return {key: value for key, value in last.items()
-                if key != "step" and key not in MetricWindow.TIMINGS and not isinstance(value, dict)}
+        final = {key: value for key, value in last.items()
+                 if key != "step" and key not in MetricWindow.TIMINGS and not isinstance(value, dict)}
+        if config.model.family != "vit":
+            # The packing statistics of the training set, read back from the stored packing (so a
+            # resumed run, which does not rebuild its corpus folder, reports them too).
+            from testbed.pretrain.prepare import packing_final_metrics
+
+            final.update(packing_final_metrics(ctx.run.path / "corpus"))
+        return final
 
 
 def _check_family_options(scenario: Scenario, config: PretrainConfig, source: str) -> None:
