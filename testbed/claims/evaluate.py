@@ -95,11 +95,11 @@ def groups(statement: Statement, variants: Variants) -> list[tuple[str | None, d
     return [(str(value), {statement.for_each: value}) for value in values]
 
 
-def check_claims(claims: ClaimsConfig, variants: Variants, source: str, for_each_values: int = 2) -> None:
+def check_claims(claims: ClaimsConfig, variants: Variants, source: str) -> None:
     """Refuse, in one line naming the field, a statement naming an unknown arm, an arm that selects
     no variant (or two for a seed), a ``for_each`` key the sweep does not vary, and a sweep with
-    fewer seeds than the claims need. ``for_each_values``: how many values a ``for_each`` key must
-    take (reproduce's test size lets it take one, to keep the sweep small)."""
+    fewer seeds than the claims need. (A ``for_each`` key may take one value: reproduce's test size
+    keeps one attack of a sweep over six.)"""
     for index, statement in enumerate(claims.statements):
         where = f"{source}: claims.statements.{index}"
         for name in ("predicate", "precondition"):
@@ -109,9 +109,8 @@ def check_claims(claims: ClaimsConfig, variants: Variants, source: str, for_each
                 raise ScenarioError(f"{where}.{name}: unknown arm '{unknown[0]}'"
                                     f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
         labels = groups(statement, variants)
-        if statement.for_each is not None and len(labels) < for_each_values:
-            raise ScenarioError(f"{where}.for_each: '{statement.for_each}' takes {len(labels)} value(s) in the "
-                                f"sweep; for_each names a key the sweep varies")
+        if statement.for_each is not None and not labels:
+            raise ScenarioError(f"{where}.for_each: no variant of the sweep has '{statement.for_each}'")
         for label, extra in labels:
             for arm in _arms_of(statement):
                 try:

@@ -76,7 +76,7 @@ def load(root: Path, path: str, size: str) -> ScenarioClaims:
     scenario = validate_raw(raw, source)
     assert scenario.claims is not None and scenario.sweep is not None  # the schema: claims need a sweep
     variants = expand_variants(raw, source)
-    check_claims(scenario.claims, variants, source, for_each_values=1 if size == "test" else 2)
+    check_claims(scenario.claims, variants, source)
     arms = scenario.claims.arms.values()
     read = {slug: variant for slug, variant in variants.items() if any(selects(arm, variant) for arm in arms)}
     return ScenarioClaims(path, raw, scenario.claims, read)

@@ -32,6 +32,8 @@ CASES = [
      "claims.statements.0.predicate: 'fast.test_accuracy >' does not parse"),
     ("predicate-calls-code", _with_claims(statements=[{**STATEMENT, "predicate": "__import__('os').getpid() > 1"}]),
      "claims.statements.0.predicate: '__import__('os').getpid() > 1': '__import__('os').getpid()' is not allowed"),
+    ("for-each-unknown-key", _with_claims(statements=[{**STATEMENT, "for_each": "workload.nope"}]),
+     "claims.statements.0.for_each: no variant of the sweep has 'workload.nope'"),
     ("unknown-paper", _with_claims(paper="bisma"), "claims.paper: unknown paper 'bisma'"),
     ("arm-selects-nothing", _with_claims(arms={"fast": {"workload.lr": 0.5}, "slow": {"workload.lr": 0.001}}),
      "claims.arms.fast: selects no variant of the sweep"),
@@ -79,3 +81,9 @@ def test_a_sweep_ends_with_its_verdicts(cli, write_scenario, tmp_path):
 def test_no_sweep_runs_the_base_scenario_without_its_claims(cli, write_scenario, tmp_path):
     code, _, err = cli("run", write_scenario(SWEEP), "--no-sweep", "--run-dir", tmp_path / "one", "--quiet")
     assert code == 0, err
+
+
+def test_reproduce_refuses_an_unknown_paper_in_one_line(cli, tmp_path):
+    code, _, err = cli("reproduce", "bisma", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1 and "reproduce: unknown paper 'bisma'" in err
+    assert not (tmp_path / "runs").exists()
