@@ -27,7 +27,7 @@ from testbed.claims import docs, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import Verdict, check_claims, evaluate, selects
 from testbed.claims.papers import PAPERS
-from testbed.errors import ScenarioError, UserError
+from testbed.errors import ScenarioError, UserError, did_you_mean
 from testbed.loading import apply_override, load_raw, validate_raw
 
 # What --size test changes in every scenario of a kind, before the scenario's own claims.test_size.
@@ -111,7 +111,8 @@ def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: boo
     """Run (unless ``run`` is False), collect, evaluate and write the docs; the lines to print."""
     unknown = [p for p in papers if p not in PAPERS]
     if unknown:
-        raise UserError(f"reproduce: unknown paper '{unknown[0]}' (known: {', '.join(PAPERS)})")
+        raise UserError(f"reproduce: unknown paper '{unknown[0]}'{did_you_mean(unknown[0], PAPERS)} "
+                        f"(known: {', '.join(PAPERS)})")
     chosen = papers or list(PAPERS)
     loaded = {paper: [load(root, path, size) for path in PAPERS[paper].scenarios] for paper in chosen}
     for paper in chosen:

@@ -85,5 +85,5 @@ def test_no_sweep_runs_the_base_scenario_without_its_claims(cli, write_scenario,
 
 def test_reproduce_refuses_an_unknown_paper_in_one_line(cli, tmp_path):
     code, _, err = cli("reproduce", "bisma", "--runs-dir", tmp_path / "runs")
-    assert code == 2 and err.count("\n") == 1 and "reproduce: unknown paper 'bisma'" in err
+    assert code == 2 and err.count("\n") == 1 and "reproduce: unknown paper 'bisma' (did you mean 'bisam'?)" in err
     assert not (tmp_path / "runs").exists()
