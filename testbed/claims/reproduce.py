@@ -125,10 +125,16 @@ def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: boo
               for paper in shown}
     tables = {paper: [_table_entry(item, root, size, runs_dir) for item in items] for paper, items in loaded.items()}
     docs.write_docs(root / "docs" if size == "full" else runs_dir / "docs", tables, size)
-    return [f"{paper}: {verdict.statement.id}: {docs.verdict_summary(verdict)}"
-            + (f"; {docs.describe_side(verdict.groups[0].predicate, item.claims.level)}"
-               if len(verdict.groups) == 1 else "")
+    return [f"{paper}: {verdict.statement.id}: {docs.verdict_summary(verdict)}{_numbers(verdict, item.claims.level)}"
             for paper in chosen for item, verdicts, _ in tables[paper] for verdict in verdicts]
+
+
+def _numbers(verdict: Verdict, level: float) -> str:
+    """``; left vs right, margin m [lo, hi] ...`` for a statement checked on one group."""
+    if len(verdict.groups) != 1:
+        return ""
+    group = verdict.groups[0]
+    return f"; {docs.describe_side(group.predicate, level)}" if group.seeds else " (not measured yet)"
 
 
 def _table_entry(item: ScenarioClaims, root: Path, size: str,
