@@ -93,7 +93,7 @@ def test_sized(raw: dict[str, Any], source: str) -> dict[str, Any]:
         except ScenarioError as err:
             raise ScenarioError(f"{source}: claims.test_size.set: {key}: {str(err).split(': ', 1)[-1]}") from None
     sweep = sized.setdefault("sweep", {})
-    sweep.setdefault("parallel", 2)  # the variants are tiny: two at a time even on a 2-core machine
+    sweep["parallel"] = max(2, sweep.get("parallel") or 0)  # tiny variants: two at a time even on 2 cores
     grid = sweep.setdefault("grid", {})
     grid.update({"seed": TEST_SEEDS, **(own.get("grid") or {})})
     claims["seeds"] = len(grid["seed"])
