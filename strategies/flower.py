@@ -21,7 +21,7 @@ import torch
 
 from .base import RobustFedAvg
 from .robust import Aggregate, dnc, fltrust, geometric_median
-from .sdea import RULES, Augment, OptimSettings, cooperative_weights, learn_weights
+from .sdea import BN_MODES, RULES, Augment, OptimSettings, cooperative_weights, learn_weights
 from .vectors import flatten_state, unflatten_state
 
 RuleResult = tuple[Aggregate, dict[str, Any]]
@@ -118,10 +118,12 @@ class SDEA(RobustFedAvg):
 
     ``model_fn`` builds the architecture for ``torch.func.functional_call``;
     ``public_x`` is the unlabelled public set and ``augment(x, generator)`` one
-    augmented view. ``rule="paper"`` (default) zeroes the flagged group and
-    splits the weight equally among the rest; ``rule="code"`` follows the
-    authors' code (see :mod:`strategies.sdea`). The learned softmax weights
-    are stored in ``history[i]["learned"]``.
+    augmented view. ``rule="code"`` (default) follows the authors' code: the
+    flagged clients keep their learned weight and the rest share what is
+    left equally; ``rule="two_group"`` zeroes the flagged group (see
+    :mod:`strategies.sdea`). ``bn_mode`` runs the virtual model's batch norm
+    in training (default, as the authors' code) or eval mode. The learned
+    softmax weights are stored in ``history[i]["learned"]``.
     """
 
     def __init__(
@@ -131,7 +133,8 @@ class SDEA(RobustFedAvg):
         public_x: torch.Tensor,
         augment: Augment | None = None,
         epochs: int = 20,
-        rule: str = "paper",
+        rule: str = "code",
+        bn_mode: str = "train",
         seed: int = 0,
         batch_size: int = 64,
         lr: float = 0.005,
@@ -141,8 +144,10 @@ class SDEA(RobustFedAvg):
         super().__init__(**kwargs)
         if rule not in RULES:
             raise ValueError(f"rule: unknown {rule!r}; valid: {list(RULES)}")
+        if bn_mode not in BN_MODES:
+            raise ValueError(f"bn_mode: unknown {bn_mode!r}; valid: {list(BN_MODES)}")
         self.model_fn, self.public_x, self.augment = model_fn, public_x, augment
-        self.epochs, self.rule, self.seed = epochs, rule, seed
+        self.epochs, self.rule, self.bn_mode, self.seed = epochs, rule, bn_mode, seed
         self.optim: OptimSettings = {"batch_size": batch_size, "lr": lr, "weight_decay": weight_decay}
 
     def _rule(self, server_round, updates, num_examples, global_vec, template) -> RuleResult:
@@ -151,7 +156,7 @@ class SDEA(RobustFedAvg):
         states = [unflatten_state(global_vec + row, template) for row in updates]
         gen = _round_generator(self.seed, server_round)
         learned = learn_weights(
-            self.model_fn, states, self.public_x, self.augment, self.epochs, gen, **self.optim
+            self.model_fn, states, self.public_x, self.augment, self.epochs, gen, bn_mode=self.bn_mode, **self.optim
         )
         weights, flagged = cooperative_weights(learned, self.rule)
         result = Aggregate(weights.to(updates.dtype) @ updates, weights, flagged)

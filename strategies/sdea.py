@@ -6,12 +6,15 @@ Each round the server learns aggregation weights on an unlabelled public set:
    round; ``w = softmax(M)``.
 2. A *virtual global model* ``theta(w) = sum_k w_k theta_k`` mixes the client
    parameters **and** floating-point buffers (BatchNorm running statistics)
-   and is evaluated with ``torch.func.functional_call`` in eval mode, i.e. as
-   the aggregated model would be deployed, with the mixed running statistics.
-   PyTorch's batch norm is not differentiable in its running statistics, so
-   buffers are mixed with ``w`` detached: gradients reach ``M`` through the
-   parameters only. (The authors' code mixes buffers too; its default
-   backbone has no BatchNorm.)
+   and is evaluated with ``torch.func.functional_call``. ``bn_mode="train"``
+   (default, as the authors' code, whose virtual model runs in training mode)
+   normalises each public batch by its own statistics; ``bn_mode="eval"``
+   uses the mixed running statistics, as the aggregated model would be
+   deployed. PyTorch's batch norm is not differentiable in its running
+   statistics, so buffers are mixed with ``w`` detached: gradients reach
+   ``M`` through the parameters only. (The authors' default backbone has no
+   BatchNorm, where the two modes agree; the classifier's ``norm: none`` is
+   that network.)
 3. Loss (the paper's instance sharpness minus class diversity, no trade-off
    weight): ``EH(p) = mean_i H(p_i)`` and ``HE(p) = H(mean_i p_i)`` with
    ``H(q) = -sum_c q_c log(q_c + 1e-5)``; ``loss = mean over two augmented
@@ -20,16 +23,19 @@ Each round the server learns aggregation weights on an unlabelled public set:
 4. Cooperative clustering: the 1-D learned weights are clustered with FINCH
    (:mod:`strategies.finch`); the lowest-centre cluster is flagged malicious.
 
-Paper vs authors' code (step 4), selected with ``rule``:
+Authors' code vs the paper's text (step 4), selected with ``rule``:
 
-* ``rule="paper"`` (default): the paper splits the weights into **two groups**
-  and divides the weight equally among the benign (higher-centre) group.
-  We take FINCH's coarsest partition with at least two clusters and merge the
-  closest cluster means until two remain; flagged clients get weight **0**,
-  each benign client ``1/n_benign``.
-* ``rule="code"``: the authors' code takes FINCH's **finest** partition, flags
-  the minimum-centre cluster, lets flagged clients **keep their small learned
+* ``rule="code"`` (default; it produced the paper's tables): the authors' code
+  (github.com/WenkeHuang/SDEA, ``models/utils/federated_model.py::
+  aggregate_nets``) takes FINCH's **finest** partition, flags the
+  minimum-centre cluster, lets flagged clients **keep their small learned
   weight**, and gives each other client ``(1 - sum w_flagged) / n_benign``.
+* ``rule="two_group"`` (an ablation: our reading of the paper's text, which
+  splits the weights into **two groups** and divides the weight equally among
+  the benign, higher-centre group): FINCH's coarsest partition with at least
+  two clusters, the closest cluster means merged until two remain; flagged
+  clients get weight **0**, each benign client ``1/n_benign``. On digits it
+  zeroed 6-10 of 16 honest clients (docs/reproduction/sdea.md).
 
 Both fall back to uniform ``1/K`` with nobody flagged when FINCH finds a
 single cluster (the code's behaviour when FINCH raises).
@@ -48,7 +54,8 @@ from .finch import cluster_means, finch, merge_to
 
 StateDict = Mapping[str, torch.Tensor]
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
-RULES = ("paper", "code")
+RULES = ("code", "two_group")
+BN_MODES = ("train", "eval")
 _EPS = 1e-5  # inside the log, as in the paper's entropy terms
 
 
@@ -88,14 +95,14 @@ def mix_states(
     """The virtual global state ``sum_k w_k theta_k`` for every stacked key, plus ``fixed`` entries.
 
     Keys in ``no_grad_keys`` (float buffers) are mixed with detached weights;
-    integer buffers (``num_batches_tracked``) are unused in eval mode and are
-    passed through ``fixed`` unchanged.
+    integer buffers (``num_batches_tracked``) are copied from ``fixed``.
     """
     mixed = {}
     for key, stack in stacks.items():
         w = weights.detach() if key in no_grad_keys else weights
         mixed[key] = torch.tensordot(w.to(stack.dtype), stack, dims=1)
-    mixed.update(fixed or {})
+    # Copies: batch norm in training mode counts its batches in place (num_batches_tracked).
+    mixed.update({key: value.clone() for key, value in (fixed or {}).items()})
     return mixed
 
 
@@ -117,6 +124,7 @@ def learn_weights(
     batch_size: int = 64,
     lr: float = 0.005,
     weight_decay: float = 1e-5,
+    bn_mode: str = "train",
 ) -> torch.Tensor:
     """Steps 1-3: the learned ``softmax(M)`` weights, shape ``[K]``, on CPU.
 
@@ -128,10 +136,12 @@ def learn_weights(
         raise ValueError("client_state_dicts: need at least one client")
     if epochs < 0 or batch_size < 1 or public_x.shape[0] < 1:
         raise ValueError("epochs/batch_size/public_x: need epochs>=0, batch_size>=1, non-empty public_x")
+    if bn_mode not in BN_MODES:
+        raise ValueError(f"bn_mode: unknown {bn_mode!r}; valid: {list(BN_MODES)}")
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     augment = augment or (lambda x, g: x)
     device = public_x.device
-    model = model_fn().to(device).eval()  # eval: BN uses the mixed running statistics
+    model = model_fn().to(device).train(bn_mode == "train")
     stacks = _stack_states(client_state_dicts, device)
     buffer_keys = frozenset(name for name, _ in model.named_buffers())
     fixed = {k: torch.as_tensor(v).to(device) for k, v in client_state_dicts[0].items() if k not in stacks}
@@ -143,6 +153,8 @@ def learn_weights(
         order = torch.randperm(n, generator=gen).to(device)
         for start in range(0, n, batch_size):
             xb = public_x[order[start : start + batch_size]]
+            # Rebuilt every step: in training mode batch norm updates the running statistics it is
+            # given in place, and those must not leak from one step into the next.
             state = mix_states(stacks, torch.softmax(logits_m, dim=0), fixed, buffer_keys)
             views = (augment(xb, gen), augment(xb, gen))
             # cast: sum() of tensors is typed as possibly the int 0 (no runtime effect).
@@ -157,7 +169,7 @@ def _lowest_cluster(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return labels == int(np.argmin(cluster_means(values, labels)[:, 0]))
 
 
-def cooperative_weights(learned: torch.Tensor, rule: str = "paper") -> tuple[torch.Tensor, torch.Tensor]:
+def cooperative_weights(learned: torch.Tensor, rule: str = "code") -> tuple[torch.Tensor, torch.Tensor]:
     """Step 4: final weights and malicious mask from the learned weights (see module doc)."""
     if rule not in RULES:
         raise ValueError(f"rule: unknown {rule!r}; valid: {list(RULES)}")
@@ -167,13 +179,13 @@ def cooperative_weights(learned: torch.Tensor, rule: str = "paper") -> tuple[tor
     partitions = finch(values)
     if not partitions:
         return torch.full((k,), 1.0 / k), torch.zeros(k, dtype=torch.bool)
-    if rule == "paper":
+    if rule == "two_group":
         labels = merge_to(values, partitions[-1], 2)
     else:
         labels = partitions[0]
     mask = torch.from_numpy(_lowest_cluster(values, labels))
     n_benign = int((~mask).sum())
-    if rule == "paper":
+    if rule == "two_group":
         final = torch.where(mask, 0.0, 1.0 / n_benign)
     else:
         final = torch.where(mask, w, (1.0 - float(w[mask].sum())) / n_benign)
@@ -187,7 +199,8 @@ def sdea_weights(
     augment: Augment | None,
     epochs: int = 20,
     generator: torch.Generator | None = None,
-    rule: str = "paper",
+    rule: str = "code",
+    bn_mode: str = "train",
     **optim: Unpack[OptimSettings],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SDEA's per-round aggregation weights ``[K]`` and malicious mask ``[K]``.
@@ -198,5 +211,6 @@ def sdea_weights(
     """
     if rule not in RULES:
         raise ValueError(f"rule: unknown {rule!r}; valid: {list(RULES)}")
-    learned = learn_weights(model_fn, client_state_dicts, public_x, augment, epochs, generator, **optim)
+    learned = learn_weights(model_fn, client_state_dicts, public_x, augment, epochs, generator,
+                            bn_mode=bn_mode, **optim)
     return cooperative_weights(learned, rule)

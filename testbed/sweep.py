@@ -51,12 +51,16 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
     sweep = raw.get("sweep") or {}
     base = {k: v for k, v in raw.items() if k not in ("sweep", "claims")}
     grid = sweep.get("grid") or {}
+    labels = {key: axis_labels(values) for key, values in grid.items()}
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
     variants: dict[str, dict[str, Any]] = {}
     for extra in sweep.get("variants") or [{}]:
         for point in points:
             overrides = {**extra, **point}
-            slug = variant_slug(overrides)
+            slug = variant_slug(overrides, {key: labels[key][grid[key].index(value)] for key, value in point.items()})
+            if slug in variants:
+                raise ScenarioError(f"{source}: sweep: two variants would share the folder name {slug!r}; "
+                                    "give them values that differ in a name or a key")
             variant = copy.deepcopy(base)
             for key, value in overrides.items():
                 try:
@@ -70,13 +74,31 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
     return variants
 
 
-def variant_slug(overrides: dict[str, Any]) -> str:
-    """A folder name that says what the variant changes, e.g. ``strategy.name=krum,seed=1``."""
+def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None) -> str:
+    """A folder name that says what the variant changes, e.g. ``strategy.name=krum,seed=1``
+    (``labels``: how a grid axis names its values, see `axis_labels`)."""
     if not overrides:
         return "base"
-    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={_short(value)}"
+    labels = labels or {}
+    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={labels.get(key) or _short(value)}"
              for key, value in overrides.items()]
     return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+
+
+def axis_labels(values: list[Any]) -> list[str]:
+    """How a grid axis names its values in folder names: a mapping by its ``name``, and where two
+    share a name (SDEA with the code and the two-group rule; LIE under two threat models) by the
+    name and the keys that tell them apart, e.g. ``sdea+rule=two_group``."""
+    short = [_short(value) for value in values]
+    labels = []
+    for value, label in zip(values, short):
+        twins = [other for other, name in zip(values, short) if name == label and other is not value]
+        if isinstance(value, dict) and twins:
+            differing = sorted(k for k in value if k != "name" and any(
+                not isinstance(t, dict) or t.get(k) != value[k] for t in twins))
+            label += "".join(f"+{k}={_short(value[k])}" for k in differing)
+        labels.append(label)
+    return labels
 
 
 def _short(value: Any) -> str:

@@ -83,12 +83,31 @@ def arm_seeds(selector: Mapping[str, Any], variants: Variants) -> dict[int, str]
     return chosen
 
 
-def groups(statement: Statement, variants: Variants) -> list[tuple[str | None, dict[str, Any]]]:
-    """The groups a statement is checked on: ``(label, extra selector keys)``."""
+def group_seeds(selector: Mapping[str, Any], extra: Mapping[str, Any], variants: Variants) -> dict[int, str]:
+    """The variants an arm selects in a ``for_each`` group (``extra``: the group's key and value). An
+    arm whose variants all lack the ``for_each`` key is the same in every group: FedAvg without an
+    attack is the no-attack baseline of each attack's group, run once rather than once per attack."""
+    chosen = arm_seeds({**selector, **extra}, variants)
+    if chosen or not extra:
+        return chosen
+    shared = arm_seeds(selector, variants)
+    if shared and all(dotted(variants[slug], key) is _MISSING for slug in shared.values() for key in extra):
+        return shared
+    return chosen
+
+
+def groups(statement: Statement, variants: Variants,
+           arms: Mapping[str, Mapping[str, Any]]) -> list[tuple[str | None, dict[str, Any]]]:
+    """The groups a statement is checked on: ``(label, extra selector keys)``, one per value of the
+    ``for_each`` key among the variants the statement's arms select (a statement about the MarsFL
+    threat model is checked on the three attacks that model changes, not on all six)."""
     if statement.for_each is None:
         return [(None, {})]
+    selectors = [arms[arm] for arm in _arms_of(statement) if arm in arms]
     values: list[Any] = []
     for raw in variants.values():
+        if not any(selects(selector, raw) for selector in selectors):
+            continue
         value = dotted(raw, statement.for_each)
         if value is not _MISSING and value not in values:
             values.append(value)
@@ -108,13 +127,13 @@ def check_claims(claims: ClaimsConfig, variants: Variants, source: str) -> None:
             if unknown:
                 raise ScenarioError(f"{where}.{name}: unknown arm '{unknown[0]}'"
                                     f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
-        labels = groups(statement, variants)
+        labels = groups(statement, variants, claims.arms)
         if statement.for_each is not None and not labels:
             raise ScenarioError(f"{where}.for_each: no variant of the sweep has '{statement.for_each}'")
         for label, extra in labels:
             for arm in _arms_of(statement):
                 try:
-                    chosen = arm_seeds({**claims.arms[arm], **extra}, variants)
+                    chosen = group_seeds(claims.arms[arm], extra, variants)
                 except ValueError as err:
                     raise ScenarioError(f"{source}: claims.arms.{arm}: {err}") from None
                 if not chosen:
@@ -139,7 +158,7 @@ def evaluate(claims: ClaimsConfig, variants: Variants, metrics: Metrics, source:
     verdicts = []
     for index, statement in enumerate(claims.statements):
         found = [_group(claims, statement, index, label, extra, variants, metrics, source, need)
-                 for label, extra in groups(statement, variants)]
+                 for label, extra in groups(statement, variants, claims.arms)]
         overall = min((g.verdict for g in found), key=SEVERITY.index, default=PENDING)
         verdicts.append(Verdict(statement, overall, found))
     return verdicts
@@ -148,7 +167,7 @@ def evaluate(claims: ClaimsConfig, variants: Variants, metrics: Metrics, source:
 def _group(claims: ClaimsConfig, statement: Statement, index: int, label: str | None, extra: dict[str, Any],
            variants: Variants, metrics: Metrics, source: str, need: int) -> GroupVerdict:
     arms = _arms_of(statement)
-    by_arm = {arm: arm_seeds({**claims.arms[arm], **extra}, variants) for arm in arms}
+    by_arm = {arm: group_seeds(claims.arms[arm], extra, variants) for arm in arms}
     seeds = sorted(seed for seed in set.intersection(*(set(s) for s in by_arm.values()))
                    if all(by_arm[arm][seed] in metrics for arm in arms))
     per_seed = [{arm: metrics[by_arm[arm][seed]] for arm in arms} for seed in seeds]

@@ -19,7 +19,8 @@ class Paper:
 
 
 PAPERS: dict[str, Paper] = {
-    "sdea": Paper("SDEA (Huang et al.)", "sdea.md", ("federated/sdea-paper-miniature.yaml",)),
+    "sdea": Paper("SDEA (Huang et al.)", "sdea.md",
+                  ("federated/sdea-glyphs.yaml", "federated/sdea-paper-miniature.yaml")),
     "randomwalk": Paper("Random-walk DP (Cyffers et al.)", "decentralized.md",
                         ("decentralized/fig1_full.yaml", "decentralized/fig2_utility.yaml")),
     "bisam": Paper("BiSAM (Xie et al.)", "bisam.md", ("workloads/bisam.yaml",)),

@@ -33,5 +33,7 @@ class DataConfig(StrictModel):
 class PublicDataConfig(StrictModel):
     """The server's unlabelled public set: where its images come from and how many."""
 
-    source: Literal["sample_images", "noise"] = "sample_images"
+    source: Literal["sample_images", "noise", "typeset"] = Field(
+        "sample_images", description="sample_images: crops of scikit-learn's photographs; typeset: digits and "
+                                     "letters in Computer Modern (a finite pool); noise: uniform noise")
     size: int = Field(512, gt=0, description="number of public images")

@@ -1,8 +1,9 @@
-"""Real small datasets that ship inside scikit-learn, so runs need no network.
+"""Real small datasets that ship inside scikit-learn, or are made from what ships (``moving_digits``
+from its digits, ``glyphs`` from matplotlib's fonts), so runs need no network.
 
 Each loader returns a `Dataset` of float32 features and int64 labels. Image sets keep their shape
-(``digits`` is 1x8x8, scaled to [0, 1]); tabular sets are standardised with the training split's
-statistics inside `train_test_split`, never the test split's.
+(``digits`` is 1x8x8, scaled to [0, 1]; ``glyphs`` is 1x28x28); tabular sets are standardised with
+the training split's statistics inside `train_test_split`, never the test split's.
 """
 
 from __future__ import annotations
@@ -55,19 +56,28 @@ def _moving_digits() -> Dataset:
     return Dataset("moving_digits", sequences, digits, 10, (FRAMES, CANVAS, CANVAS))
 
 
+def _glyphs() -> Dataset:
+    from testbed.data.glyphs import CHARACTERS, SIDE, glyph_images  # imported on use, like scikit-learn
+
+    images, labels, _ = glyph_images()  # generated once per process, read-only: each load gets copies
+    return Dataset("glyphs", images.copy(), labels.copy(), len(CHARACTERS), (1, SIDE, SIDE))
+
+
 DATASETS: dict[str, Callable[[], Dataset]] = {
     "digits": _digits,
     "wine": _tabular("wine", "load_wine"),
     "breast_cancer": _tabular("breast_cancer", "load_breast_cancer"),
     "iris": _tabular("iris", "load_iris"),
     "moving_digits": _moving_digits,
+    "glyphs": _glyphs,
 }
 # The bundled sets that are images, known without loading them (validation asks before any load).
-IMAGE_DATASETS = frozenset({"digits", "moving_digits"})
+IMAGE_DATASETS = frozenset({"digits", "moving_digits", "glyphs"})
 # Samples and classes of the bundled sets, likewise known without loading them (validation checks
 # the train/test split a scenario asks for; a test checks the table against the loaded sets).
 BUNDLED_SIZES: dict[str, tuple[int, int]] = {
     "digits": (1797, 10), "wine": (178, 3), "breast_cancer": (569, 2), "iris": (150, 3), "moving_digits": (1797, 10),
+    "glyphs": (7200, 36),
 }
 
 

@@ -4,6 +4,9 @@ SDEA's server holds a small unlabelled set from another domain than the clients'
 client models on two augmented views of it. Offline, the other domain is the two photographs bundled
 with scikit-learn (china.jpg and flower.jpg): `sample_image_crops` takes random crops of random size,
 downscales them with an antialiasing filter to the clients' image shape and scales them to [0, 1].
+`typeset_images` is a *related* domain for the character sets (``digits``, ``glyphs``): digits and
+uppercase letters in the five Computer Modern fonts, which ``glyphs`` leaves out, distorted like it
+(`testbed.data.glyphs`); it is finite, so `largest_public_size` says how many a source can give.
 `noise_images` (uniform noise) is the domain-free alternative. Usage::
 
     public = public_images(PublicDataConfig(size=512), (1, 8, 8), seeds.numpy("public"))
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from testbed.data.config import PublicDataConfig
+from testbed.data.glyphs import CHARACTERS, HELD_OUT_FONTS, draw_distortions, optdigits_8x8, render
 
 # Side lengths of the square crops, in photo pixels (the photos are 427 x 640): small crops give
 # texture, large ones give shapes, so the set covers several scales.
@@ -88,10 +92,60 @@ def noise_images(size: int, shape: tuple[int, ...] = (1, 8, 8),
     return _require_rng(rng).random((size, channels, height, width), dtype=np.float32)
 
 
+# Distorted copies of each (font, character) in the typeset pool: 5 fonts x 36 characters x 24 =
+# 4320 distinct images, some 8 times SDEA's default public set of 512, so a set rarely repeats a
+# glyph at the same distortion, and still 24 looks at each glyph, about as many as ``glyphs`` has
+# per (font, character) (200 per class over 16 fonts: 12-13).
+TYPESET_VARIANTS = 24
+TYPESET_POOL = len(HELD_OUT_FONTS) * len(CHARACTERS) * TYPESET_VARIANTS
+_OPTDIGITS_RENDER = 48  # side of the ink image the optdigits conversion reads (its glyph box is about 34 px)
+
+
+def typeset_items(size: int, rng: np.random.Generator | None = None) -> list[tuple[str, str, int]]:
+    """``size`` distinct (font, character, variant) items of the typeset pool, in random order."""
+    rng = _require_rng(rng)
+    if size > TYPESET_POOL:
+        raise ValueError(f"size: {size} is more than the {TYPESET_POOL} distinct images of the typeset source")
+    fonts, rest = np.divmod(rng.choice(TYPESET_POOL, size=size, replace=False), len(CHARACTERS) * TYPESET_VARIANTS)
+    characters, variants = np.divmod(rest, TYPESET_VARIANTS)
+    return [(HELD_OUT_FONTS[f], CHARACTERS[c], int(v)) for f, c, v in zip(fonts, characters, variants)]
+
+
+def typeset_images(size: int, shape: tuple[int, ...] = (1, 8, 8),
+                   rng: np.random.Generator | None = None) -> np.ndarray:
+    """``size`` distinct typeset digits and letters in Computer Modern, float32 [size, C, H, W] in [0, 1].
+
+    The items come from `typeset_items`, then each gets its own random distortion, like ``glyphs``'
+    (an item is drawn once, so this is the same as fixing the pool's distortions first). At (1, 8, 8)
+    the images go through the optdigits conversion, as scikit-learn's digits did (multiples of 1/16);
+    at other shapes they are rendered at H x W, grayscale, repeated over 3 channels.
+    """
+    channels, height, width = _check_shape(shape)
+    rng = _require_rng(rng)
+    items = typeset_items(size, rng)
+    images = np.empty((size, channels, height, width), dtype=np.float32)
+    for i, ((font, character, _), distortion) in enumerate(zip(items, draw_distortions(size, rng))):
+        if (height, width) == (8, 8):
+            images[i] = optdigits_8x8(render(font, character, _OPTDIGITS_RENDER, _OPTDIGITS_RENDER, distortion))
+        else:
+            images[i] = render(font, character, height, width, distortion)
+    return images
+
+
 PUBLIC_SETS: dict[str, Callable[[int, tuple[int, ...], np.random.Generator], np.ndarray]] = {
     "sample_images": sample_image_crops,
     "noise": noise_images,
+    "typeset": typeset_images,
 }
+# The most images each source can give (None: any number; crops and noise are drawn afresh).
+PUBLIC_LIMITS: dict[str, int | None] = {"sample_images": None, "noise": None, "typeset": TYPESET_POOL}
+
+
+def largest_public_size(source: str) -> int | None:
+    """The largest ``size`` the public source ``source`` can give, or None where it is unlimited."""
+    if source not in PUBLIC_LIMITS:
+        raise ValueError(f"source: unknown public source {source!r}; valid: {', '.join(sorted(PUBLIC_LIMITS))}")
+    return PUBLIC_LIMITS[source]
 
 
 def public_images(config: PublicDataConfig, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

@@ -27,6 +27,7 @@ def check_federated(scenario: Scenario, source: str) -> None:
     except ValidationError as err:
         raise ScenarioError(describe_error(err, entry.Config, fed.strategy.params, source,
                                            prefix=("federated", "strategy"), extra_keys=("name",))) from None
+    _check_public_size(strategy_config, source)
     if fed.attack is not None:
         _check_attack(fed.attack, registered_attacks(), source)
     n = scenario.data.num_clients
@@ -52,6 +53,20 @@ def _named(registry: dict, name: str, path: str, source: str):
     return registry[name]
 
 
+def _check_public_size(strategy_config, source: str) -> None:
+    """A server-side public set (SDEA's) cannot be larger than its source can give (typeset is finite)."""
+    from testbed.data.config import PublicDataConfig
+    from testbed.data.public import largest_public_size
+
+    public = getattr(strategy_config, "public", None)
+    if not isinstance(public, PublicDataConfig):
+        return
+    largest = largest_public_size(public.source)
+    if largest is not None and public.size > largest:
+        raise ScenarioError(f"{source}: federated.strategy.public.size: {public.size} is more than public source "
+                            f"'{public.source}' can give; its largest size is {largest}")
+
+
 def _check_attack(attack, registry: dict, source: str) -> None:
     """The attack's parameters: their types (from the attack function's signature), then their
     values (the function's own checks, played once on a tiny input)."""
@@ -63,7 +78,7 @@ def _check_attack(attack, registry: dict, source: str) -> None:
         config.model_validate(attack.params)
     except ValidationError as err:
         raise ScenarioError(describe_error(err, config, attack.params, source, prefix=("federated", "attack"),
-                                           extra_keys=("name", "fraction"))) from None
+                                           extra_keys=("name", "fraction", "threat_model"))) from None
     try:
         check_attack_values(attack.name, attack.params)
     except ValueError as err:

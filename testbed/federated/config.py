@@ -4,9 +4,10 @@
 federated:
   rounds: 30
   local_epochs: 2
-  proximal_mu: 0.01                 # FedProx term of the local objective (SDEA's setting); 0 = plain SGD
+  proximal_mu: 0.01                 # FedProx term of the local objective (SDEA's setting); default 0 = plain SGD
   strategy: {name: sdea, epochs: 5} # any of `testbed list strategies`; other keys are the strategy's own
   attack: {name: min_max, fraction: 0.2}
+  baselines: [fedavg, no_attack]    # reference arms in the same run folder and report (testbed.federated.baselines)
 ```
 """
 
@@ -24,6 +25,10 @@ class AttackBlock(PluginSpec):
     """Which clients are Byzantine and what they do; the attack's own parameters are extra keys."""
 
     fraction: float = Field(0.2, ge=0, lt=1, description="share of clients that are malicious")
+    threat_model: Literal["faithful", "marsfl"] = Field(
+        "faithful", description="faithful: LIE / Min-Max / Min-Sum as their papers define them; marsfl: as SDEA's "
+                                "authors' MarsFL code plays them, the crafted update uploaded as the model "
+                                "(testbed.strategies.marsfl); other attacks are the same under both")
 
 
 class ClientResources(StrictModel):
@@ -47,13 +52,17 @@ class FederatedConfig(StrictModel):
 
     rounds: int = Field(10, gt=0)
     local_epochs: int = Field(1, gt=0)
-    proximal_mu: float = Field(0.01, ge=0)
+    proximal_mu: float = Field(0.0, ge=0, description="FedProx's (mu/2)||w - w_global||^2 in every client's "
+                                                        "local objective; 0 = FedAvg's plain local SGD")
     strategy: PluginSpec = Field(default_factory=lambda: PluginSpec(name="fedavg"))
     attack: AttackBlock | None = None
     client_resources: ClientResources = Field(default_factory=ClientResources)
     faults: ClientFaults | None = None
     checkpoint_every: int = Field(1, gt=0, description="rounds between checkpoints")
     round_timeout_s: float = Field(600, gt=0, description="a round waits this long for its clients")
+    baselines: list[str] = Field(
+        default_factory=list, description="reference arms run beside the scenario with its seed: a strategy "
+                                          "name replaces the strategy, no_attack removes the attack")
 
 
 # The typed parameters of the strategies (`testbed.federated.strategies.STRATEGIES`).
@@ -96,7 +105,11 @@ class FLTrustConfig(StrictModel):
 
 class SDEAConfig(StrictModel):
     epochs: int = Field(20, gt=0, description="passes over the public set per round (paper: 20)")
-    rule: Literal["paper", "code"] = "paper"
+    rule: Literal["code", "two_group"] = Field(
+        "code", description="code: the authors' code (flagged keep their learned weight), which produced the "
+                            "paper's tables; two_group: the paper text's two groups, the flagged one zeroed (ablation)")
+    bn_mode: Literal["train", "eval"] = Field(
+        "train", description="batch norm of the virtual model: train (the authors' code) or eval (running statistics)")
     batch_size: int = Field(64, gt=0)
     lr: float = Field(0.005, gt=0)
     weight_decay: float = Field(1e-5, ge=0)

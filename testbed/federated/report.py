@@ -1,13 +1,18 @@
-"""Robustness report sections: who the clients are, and how the strategy treated the Byzantine ones."""
+"""Robustness report sections: who the clients are, and how the strategy treated the Byzantine ones
+and each client (the per-client record, clients.jsonl)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from matplotlib.patches import Rectangle
 
-from testbed.report.plots import numeric_series, plot_curve, plot_heatmap
+from testbed.federated.baselines_report import BaselinesSection
+from testbed.federated.clients_record import dropped, read_rounds
+from testbed.report.plots import figure_image, numeric_series, plot_curve, plot_heatmap, plt
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
 from testbed.workloads.oodrobust.report import OodAuditSection
@@ -41,12 +46,20 @@ class RobustnessSection(ReportSection):
         if not rounds:
             return "<p>No rounds recorded.</p>"
         strategy = ((data.config.get("federated") or {}).get("strategy") or {}).get("name", "?")
-        rows = [("strategy", strategy), ("final test accuracy", rounds[-1].get("test_accuracy", math.nan)),
+        federated = data.config.get("federated") or {}
+        threat = (federated.get("attack") or {}).get("threat_model")
+        attack = (federated.get("attack") or {}).get("name", "none") + (f" ({threat} threat model)" if threat else "")
+        mu = float(federated.get("proximal_mu") or 0.0)
+        rows = [("strategy", strategy), ("attack", attack),
+                ("local objective", f"FedProx, mu = {mu:g}" if mu > 0 else "plain SGD (mu = 0)"),
+                ("final test accuracy", rounds[-1].get("test_accuracy", math.nan)),
                 ("clients trained per round (min)", min(r["clients_trained"] for r in rounds)),
                 ("client failures (all rounds)", sum(r.get("clients_failed", 0) for r in rounds))]
         for key, label in (("malicious_weight", "weight on Byzantine clients (mean)"),
                            ("detection_precision", "detection precision (mean)"),
                            ("detection_recall", "detection recall (mean)"),
+                           ("attacker_auroc", "attacker AUROC by weight (mean)"),
+                           ("honest_zeroed", "honest clients zeroed or flagged per round (mean)"),
                            ("aggregation_s", "server aggregation time, s (mean)")):
             values = [r[key] for r in rounds if key in r]
             if values:
@@ -60,6 +73,114 @@ class RobustnessSection(ReportSection):
         return table(rows, ("measure", "value")) + figures
 
 
-# Registered first: each after_summary section goes above the earlier ones, so this one ends up below the two.
-# The robustness report's own sections, right below the summary.
-LAYOUT = ReportLayout(after_summary=(RobustnessSection(), ClientsSection(), OodAuditSection()))
+def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int], dict[str, np.ndarray], np.ndarray]:
+    """From clients.jsonl's lines: partition ids, round numbers, the ``weight`` (and SDEA's ``learned``)
+    matrices client x round (NaN: the client did not reply), and which cells the rule flagged."""
+    ids = sorted({int(c) for line in rounds for c in line["clients"]})
+    numbers = [int(line["round"]) for line in rounds]
+    learned = any("learned" in entry for line in rounds for entry in line["clients"].values())
+    keys = ["weight", "learned"] if learned else ["weight"]
+    matrices = {key: np.full((len(ids), len(rounds)), np.nan) for key in keys}
+    flagged = np.zeros((len(ids), len(rounds)), dtype=bool)
+    for col, line in enumerate(rounds):
+        for client, entry in line["clients"].items():
+            row = ids.index(int(client))
+            for key in keys:
+                matrices[key][row, col] = entry.get(key, np.nan)
+            flagged[row, col] = bool(entry.get("flagged"))
+    return ids, numbers, matrices, flagged
+
+
+TITLES = {"weight": "aggregation weight", "learned": "SDEA learned weight (softmax, before filtering)"}
+
+
+def plot_client_weights(path: Path, ids: list[int], numbers: list[int], matrices: dict[str, np.ndarray],
+                        flagged: np.ndarray, byzantine: set[int]) -> str:
+    """Client x round heatmaps of the weights, Byzantine clients' labels red with a star, flagged
+    cells boxed in red; saved as ``path``, its <img>."""
+    fig, axes = plt.subplots(1, len(matrices), figsize=(5.6 * len(matrices), 0.8 + 0.36 * max(len(ids), 6)),
+                             dpi=110, squeeze=False)
+    annotate = len(ids) <= 16 and len(numbers) <= 16
+    for ax, (key, matrix) in zip(axes[0], matrices.items()):
+        shown = ax.imshow(np.ma.masked_invalid(matrix), cmap="viridis", aspect="auto", vmin=0,
+                          vmax=max(float(np.nanmax(matrix)), 1e-9))
+        fig.colorbar(shown, ax=ax, fraction=0.05)
+        if annotate:
+            for (row, col), value in np.ndenumerate(matrix):
+                if not np.isnan(value):
+                    ax.text(col, row, f"{value:.3f}", ha="center", va="center", fontsize=6.5,
+                            color="black" if value > 0.6 * np.nanmax(matrix) else "white")
+        for row, col in zip(*np.nonzero(flagged)):
+            ax.add_patch(Rectangle((col - 0.45, row - 0.42), 0.9, 0.84, fill=False, edgecolor="tab:red", lw=1.6))
+        ax.set_xticks(range(len(numbers)), [str(n) for n in numbers], fontsize=7)
+        ax.set_yticks(range(len(ids)), [f"{i} *" if i in byzantine else str(i) for i in ids], fontsize=8)
+        for label, client in zip(ax.get_yticklabels(), ids):
+            if client in byzantine:
+                label.set_color("tab:red")
+                label.set_fontweight("bold")
+        ax.set(xlabel="round", ylabel="client (partition id; red *: Byzantine)",
+               title=TITLES[key] + (" (red box: flagged)" if key == "weight" and flagged.any() else ""))
+    return figure_image(fig, path, "client weight per round")
+
+
+def plot_auroc(path: Path, xs: list[float], ys: list[float], scored_by: str) -> str:
+    """The attacker AUROC per round on [0, 1], with chance marked; saved as ``path``, its <img>."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+    ax.plot(xs, ys, marker="o", markersize=3, label="attacker AUROC")
+    ax.axhline(0.5, color="gray", ls="--", lw=0.8, label="chance")
+    ax.set(title=f"Byzantine vs honest by {scored_by}", xlabel="round", ylabel="AUROC", ylim=(-0.03, 1.03))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return figure_image(fig, path, "attacker AUROC per round")
+
+
+class ClientWeightsSection(ReportSection):
+    """Each client's weight in every round, how well the weights separate the Byzantine clients
+    (AUROC), and which honest clients the rule zeroed or flagged in which rounds."""
+
+    title = "Client weights per round"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        rounds = read_rounds(data.path)
+        if not rounds:
+            return ""  # no rule with per-client weights, or a run from before the record
+        ids, numbers, matrices, flagged = client_matrices(rounds)
+        byzantine = {int(c) for line in rounds for c, e in line["clients"].items() if e["byzantine"]}
+        parts = [f"<p>Byzantine clients (red, *): {', '.join(map(str, sorted(byzantine))) or 'none'}. "
+                 "A red box marks a client the rule flagged that round. Per-client record: clients.jsonl.</p>",
+                 plot_client_weights(out_dir / "client-weights.png", ids, numbers, matrices, flagged, byzantine)]
+        auroc = numeric_series([r for r in data.metrics if "round" in r]).get("attacker_auroc")
+        if auroc:
+            scored_by = "learned weight" if "learned" in matrices else "weight"
+            parts.append(plot_auroc(out_dir / "attacker-auroc.png", *auroc, scored_by))
+        parts.append(self._dropped_table(rounds, data))
+        return "".join(parts)
+
+    @staticmethod
+    def _dropped_table(rounds: list[dict[str, Any]], data: RunData) -> str:
+        """One row per honest client the rule ever zeroed or flagged: its data and the rounds."""
+        hit: dict[int, list[int]] = {}
+        for line in rounds:
+            for client, entry in line["clients"].items():
+                if not entry["byzantine"] and dropped(entry):
+                    hit.setdefault(int(client), []).append(int(line["round"]))
+        if not hit:
+            return "<p>No honest client was zeroed or flagged in any round.</p>"
+        histograms = data.artifacts.get("label_histograms")
+        rows = []
+        for client, hit_rounds in sorted(hit.items()):
+            examples, classes = "?", "?"
+            if histograms is not None and client < len(histograms):
+                counts = histograms[client]
+                examples = str(int(counts.sum()))
+                top = np.argsort(counts)[::-1][:3]
+                classes = ", ".join(f"{c} ({counts[c] / max(counts.sum(), 1):.0%})" for c in top if counts[c])
+            rows.append((client, f"{len(hit_rounds)} of {len(rounds)}", ", ".join(map(str, hit_rounds)),
+                         examples, classes))
+        header = ("client", "rounds zeroed or flagged", "which rounds", "examples", "main classes (share)")
+        return "<p>Honest clients the rule gave (near) zero weight or flagged:</p>" + table(rows, header)
+
+
+# The robustness report's own sections, right below the summary, in this order.
+LAYOUT = ReportLayout(after_summary=(RobustnessSection(), BaselinesSection(), ClientWeightsSection(), ClientsSection(),
+                                     OodAuditSection()))

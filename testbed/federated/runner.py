@@ -39,9 +39,12 @@ class FederatedRunner(Runner):
     needs_one_of = frozenset({"ray"})
 
     def check(self, scenario: Scenario, source: str) -> None:
+        from testbed.federated.baselines import check_baselines
         from testbed.federated.checks import check_federated
 
-        check_federated(scenario.model_copy(update={"federated": federated_config(scenario)}), source)
+        filled = scenario.model_copy(update={"federated": federated_config(scenario)})
+        check_federated(filled, source)
+        check_baselines(filled, source, check_federated)
         if scenario.report.ood is not None:
             from testbed.workloads.oodrobust.federated import check_ood_data
 
@@ -51,6 +54,13 @@ class FederatedRunner(Runner):
         return scenario.data.num_clients
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
+        from testbed.federated.baselines import run_baselines
+
+        final = self._run_federation(ctx)
+        return {**final, **run_baselines(ctx, self._run_federation)}
+
+    def _run_federation(self, ctx: RunContext) -> dict[str, Any]:
+        """The scenario's own federation, from its run folder's last checkpoint on."""
         from flwr.simulation import run_simulation
 
         from testbed.federated.client import make_client_app
@@ -74,10 +84,11 @@ class FederatedRunner(Runner):
                             f"client, but no node of the engine has more than {largest:g}")
         with quiet_flower():
             loop = RoundLoop(ctx, setup, build_strategy(setup), start, state)
-            with deferred_interrupts(loop.stop.set):
-                run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
-                               backend_config={"client_resources": {"num_cpus": resources.num_cpus,
-                                                                    "num_gpus": resources.num_gpus}})
+            if start < scenario.federated.rounds:  # a run resumed for its baselines has no round left
+                with deferred_interrupts(loop.stop.set):
+                    run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
+                                   backend_config={"client_resources": {"num_cpus": resources.num_cpus,
+                                                                        "num_gpus": resources.num_gpus}})
         if loop.stop.is_set():
             raise KeyboardInterrupt
         if loop.error is not None:

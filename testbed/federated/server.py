@@ -29,10 +29,12 @@ from testbed.determinism import single_threaded
 from testbed.errors import ResumableFailure
 from testbed.federated.attacks import registered_attacks
 from testbed.federated.client import PARTITION_KEY
+from testbed.federated.clients_record import append_round, clients_line, learned_weights, rewind, round_metrics
 from testbed.federated.setup import FederationSetup
 from testbed.runner import RunContext
 from testbed.strategies import poison_updates
 from testbed.strategies.base import RobustFedAvg
+from testbed.strategies.marsfl import MARSFL_ATTACKS, parameter_mask, poison_states
 from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
@@ -58,6 +60,7 @@ class RoundLoop:
         self.ctx, self.setup, self.strategy = ctx, setup, strategy
         self.start_round, self.state = start_round, global_state
         self.error: BaseException | None = None
+        self.clients_line: dict[str, Any] | None = None  # the round's per-client record (`clients_record`)
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
         assert setup.scenario.workload is not None  # check_federated requires a federated workload
         workload = workload_class(setup.scenario.workload.name)
@@ -81,12 +84,15 @@ class RoundLoop:
     def run(self, grid: Grid) -> None:
         config = self.setup.scenario.federated
         assert config is not None  # a federated scenario
+        rewind(self.ctx.run.path, self.start_round)  # as metrics.jsonl: the rounds after the checkpoint run again
         with self.ctx.progress.task("rounds", total=config.rounds, completed=self.start_round) as advance:
             for server_round in range(self.start_round + 1, config.rounds + 1):
                 record = self.one_round(grid, server_round)
                 if self.stop.is_set():  # interrupted after the replies came: the round is not recorded
                     return
                 self.ctx.log_metrics(record)
+                if self.clients_line is not None:
+                    append_round(self.ctx.run.path, server_round, self.clients_line)
                 if server_round % config.checkpoint_every == 0 or server_round == config.rounds:
                     self.ctx.run.save_checkpoint(server_round, {"global_state": self.state})
                 advance(1)
@@ -173,7 +179,9 @@ class RoundLoop:
         mask = torch.tensor([partition_id(r) in self.setup.malicious for r in replies])
         generator = self.setup.seeds.torch(f"attack.round.{server_round}")
         params = dict(attack.params)
-        if attack.name in FULL_MODEL_ATTACKS:
+        if attack.threat_model == "marsfl" and attack.name in MARSFL_ATTACKS:
+            poisoned = self._marsfl_uploads(attack.name, states, global_vector, mask, generator, params)
+        elif attack.name in FULL_MODEL_ATTACKS:
             # The untrained network is the round-0 global model, sent every round (SDEA's code sends a
             # copy of its initial network). In round 1 that is a zero update.
             params["init"] = flatten_state(self.setup.build_model().state_dict())
@@ -184,11 +192,28 @@ class RoundLoop:
             if mask[row]:
                 reply.content["arrays"] = ArrayRecord(unflatten_state(poisoned[row], template))
 
+    def _marsfl_uploads(self, name: str, states: torch.Tensor, global_vector: torch.Tensor, mask: torch.Tensor,
+                        generator: torch.Generator, params: dict[str, Any]) -> torch.Tensor:
+        """Threat model ``marsfl`` (`testbed.strategies.marsfl`): the crafted update written as the
+        malicious models' parameters, their buffers kept. LIE counts as MarsFL does: ``n`` the clients
+        that replied, ``m`` = ``n`` minus the federation's benign clients."""
+        names = {key for key, _ in self.setup.build_model().named_parameters()}
+        if name == "lie":
+            n = states.shape[0]
+            params = params | {"num_clients": n,
+                               "num_malicious": n - (self.setup.num_clients - len(self.setup.malicious))}
+        return poison_states(name, states, global_vector, mask, parameter_mask(self.state, names), generator,
+                             **params)
+
     def _weights_record(self, ids: list[int], replies: list[Message], new_arrays: ArrayRecord | None) -> dict[str, Any]:
-        """Weight the rule gave to Byzantine clients, and detection quality for rules that flag."""
+        """Weight the rule gave to Byzantine clients, detection quality for rules that flag, and how it
+        treated each client (``attacker_auroc``, ``honest_zeroed``; the line `run` appends to clients.jsonl)."""
         weights, flagged = client_weights(self.strategy, ids, replies, new_arrays)
         if weights is None:
+            self.clients_line = None
             return {}
+        history = self.strategy.history if isinstance(self.strategy, RobustFedAvg) else []
+        self.clients_line = clients_line(ids, weights, flagged, learned_weights(history, ids), self.setup.malicious)
         malicious = [i in self.setup.malicious for i in ids]
         record: dict[str, Any] = {"malicious_weight": float(sum(w for w, m in zip(weights, malicious) if m))}
         if flagged is not None:
@@ -196,7 +221,7 @@ class RoundLoop:
             record["detection_precision"] = (hits / sum(flagged) if any(flagged)
                                              else (1.0 if not any(malicious) else 0.0))
             record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
-        return record
+        return record | round_metrics(self.clients_line)
 
 
 def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],

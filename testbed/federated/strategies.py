@@ -65,8 +65,8 @@ def _build_sdea(config: SDEAConfig, setup: FederationSetup, f: int) -> flower.St
         raise ValueError("SDEA needs image data for its public set")
     public = torch.from_numpy(public_images(config.public, shape, setup.seeds.numpy("sdea.public")))
     return robust.SDEA(model_fn=setup.build_model, public_x=public, augment=augment_views, epochs=config.epochs,
-                       rule=config.rule, seed=setup.seeds.integer("sdea"), batch_size=config.batch_size,
-                       lr=config.lr, weight_decay=config.weight_decay, **_common(setup))
+                       rule=config.rule, bn_mode=config.bn_mode, seed=setup.seeds.integer("sdea"),
+                       batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay, **_common(setup))
 
 
 STRATEGIES: dict[str, StrategyEntry] = {

@@ -125,6 +125,31 @@ def test_for_each_holds_only_where_every_group_holds():
     assert verdict.verdict == "tie"
 
 
+def test_an_arm_without_the_for_each_key_is_the_shared_baseline_of_every_group():
+    # a and b under two attacks; "base" (no attack at all) is run once per seed, not once per attack.
+    variants = {**_variants({"a": 0, "b": 0}, attacks=("lie", "min_max")), **_variants({"base": 0})}
+    metrics = {slug: {"acc": {"a": 0.6, "b": 0.5, "base": 0.9}[raw["workload"]["variant"]] + 0.01 * raw["seed"]}
+               for slug, raw in variants.items()}
+    statement = {"predicate": "a.acc > b.acc", "precondition": "base.acc - b.acc >= 0.3",
+                 "for_each": "federated.attack.name"}
+    check_claims(_claims(statement), variants, "f.yaml")
+    [verdict] = evaluate(_claims(statement), variants, metrics, "f.yaml")
+    assert [(g.group, g.verdict, g.seeds) for g in verdict.groups] == [("lie", "reproduced", [0, 1, 2, 3, 4]),
+                                                                      ("min_max", "reproduced", [0, 1, 2, 3, 4])]
+    # An arm that has the key but not this group's value is not shared: it selects nothing there.
+    only_lie = {slug: raw for slug, raw in variants.items() if "min_max" not in slug}
+    with pytest.raises(ScenarioError, match="claims.arms.a: selects no variant of the sweep with "
+                                            "federated.attack.name=min_max"):
+        check_claims(_claims(statement), {**only_lie, "b,min_max,0": variants["b,min_max,0"]}, "f.yaml")
+    # The groups are the values the statement's own arms take: a and b run under lie only here, an
+    # arm the statement does not read (c, under min_max) adds no group.
+    extra_arm = {f"c,min_max,{seed}": {"seed": seed, "workload": {"variant": "c"},
+                                       "federated": {"attack": {"name": "min_max"}}} for seed in range(5)}
+    narrowed = {**only_lie, **extra_arm}
+    [verdict] = evaluate(_claims(statement), narrowed, {slug: {"acc": 0.5} for slug in narrowed}, "f.yaml")
+    assert [g.group for g in verdict.groups] == ["lie"]
+
+
 def test_an_unknown_metric_is_one_line_naming_the_field_and_the_closest_name():
     metrics = {f"{arm},None,{s}": {"test_accuracy": 0.5} for arm in "ab" for s in range(5)}
     with pytest.raises(ScenarioError, match=r"f.yaml: claims.statements.0.predicate: arm 'a' reports no metric "

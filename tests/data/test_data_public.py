@@ -1,19 +1,28 @@
-"""The unlabelled public set (crops of scikit-learn's photographs, noise) and SDEA's weak augmentation."""
+"""The unlabelled public set (crops of scikit-learn's photographs, typeset characters, noise) and
+SDEA's weak augmentation."""
 
 from __future__ import annotations
+
+from typing import get_args
 
 import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
 
+from testbed.data.glyphs import CHARACTERS, HELD_OUT_FONTS, draw_distortions, render
 from testbed.data.public import (
+    PUBLIC_LIMITS,
     PUBLIC_SETS,
+    TYPESET_POOL,
     PublicDataConfig,
     augment_views,
+    largest_public_size,
     noise_images,
     public_images,
     sample_image_crops,
+    typeset_images,
+    typeset_items,
 )
 
 
@@ -61,11 +70,66 @@ def test_public_config_selects_a_registered_source():
 
     images = public_images(config, (1, 8, 8), np.random.default_rng(0))
 
-    assert set(PUBLIC_SETS) == {"sample_images", "noise"} and PublicDataConfig().source == "sample_images"
+    assert set(PUBLIC_SETS) == {"sample_images", "noise", "typeset"} and PublicDataConfig().source == "sample_images"
+    assert set(PUBLIC_SETS) == set(PUBLIC_LIMITS) == set(get_args(PublicDataConfig.model_fields["source"].annotation))
     assert images.shape == (10, 1, 8, 8)
     for bad in ({"size": 0}, {"source": "imagenet"}, {"sizes": 3}):
         with pytest.raises(ValidationError):
             PublicDataConfig(**bad)
+
+
+def test_typeset_public_images_at_8x8_are_on_the_optdigits_grid_like_the_clients_digits():
+    from sklearn.datasets import load_digits
+
+    images = typeset_images(300, (1, 8, 8), np.random.default_rng(0))
+    digits = load_digits().images / 16.0
+
+    assert images.shape == (300, 1, 8, 8) and images.dtype == np.float32
+    assert 0.0 <= images.min() and images.max() <= 1.0
+    assert np.array_equal(images * 16, np.round(images * 16)) and len(np.unique(images)) == 17  # k/16, all of them
+    assert abs(float(images.mean()) - float(digits.mean())) < 0.1  # about as much ink as scikit-learn's digits
+    assert len(np.unique(images.reshape(300, -1), axis=0)) == 300
+
+
+def test_typeset_draws_distinct_computer_modern_items_and_renders_exactly_those():
+    items = typeset_items(TYPESET_POOL, np.random.default_rng(1))
+    images = typeset_images(12, (1, 28, 28), np.random.default_rng(2))
+    rng = np.random.default_rng(2)  # replayed: the items first, then one distortion each
+    drawn = typeset_items(12, rng)
+
+    assert TYPESET_POOL == 4320 and len(set(items)) == TYPESET_POOL  # the whole pool, no item twice
+    assert {font for font, _, _ in items} == set(HELD_OUT_FONTS) and all(f.startswith("cm") for f in HELD_OUT_FONTS)
+    assert {character for _, character, _ in items} == set(CHARACTERS)
+    for image, (font, character, _), distortion in zip(images, drawn, draw_distortions(12, rng)):
+        assert np.array_equal(image[0], render(font, character, 28, 28, distortion))
+
+
+def test_typeset_public_images_at_other_shapes_are_rendered_there_and_seeded():
+    color = typeset_images(6, (3, 12, 16), np.random.default_rng(3))
+    gray = typeset_images(6, (1, 12, 16), np.random.default_rng(3))
+
+    assert color.shape == (6, 3, 12, 16) and np.array_equal(color, np.repeat(gray, 3, axis=1))
+    assert 0.0 <= gray.min() and gray.max() <= 1.0 and gray.max() > 0.9
+    assert np.array_equal(gray, typeset_images(6, (1, 12, 16), np.random.default_rng(3)))
+    assert not np.array_equal(gray, typeset_images(6, (1, 12, 16), np.random.default_rng(4)))
+
+
+def test_variants_of_one_typeset_glyph_are_differently_distorted():
+    images = typeset_images(300, (1, 20, 20), np.random.default_rng(5))[:, 0]
+    items = typeset_items(300, np.random.default_rng(5))
+    twins = [(i, j) for i in range(300) for j in range(i + 1, 300) if items[i][:2] == items[j][:2]]
+
+    assert len(twins) > 50  # 300 of 180 (font, character) pairs
+    assert min(np.abs(images[i] - images[j]).mean() for i, j in twins) > 0.01
+
+
+def test_the_typeset_source_is_finite_and_says_its_largest_size():
+    assert largest_public_size("typeset") == TYPESET_POOL
+    assert largest_public_size("sample_images") is None and largest_public_size("noise") is None
+    with pytest.raises(ValueError, match=f"size: {TYPESET_POOL + 1} is more than the {TYPESET_POOL}"):
+        typeset_images(TYPESET_POOL + 1, (1, 8, 8), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="valid: noise, sample_images, typeset"):
+        largest_public_size("imagenet")
 
 
 def test_augment_views_are_deterministic_per_generator_and_change_the_images():

@@ -83,6 +83,27 @@ def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run
     assert _rounds(tmp_path / "run") == _rounds(reference_run)
 
 
+def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(write_scenario, reference_run, tmp_path):
+    # The reference run is FedAvg under sign flipping; here the strategy is the median and FedAvg a baseline.
+    scenario = {**FEDERATED, "federated": {**FEDERATED["federated"], "strategy": {"name": "fedmedian"},
+                                           "baselines": ["fedavg", "no_attack"]}}
+
+    done = _testbed("run", write_scenario(scenario), "--run-dir", tmp_path / "run", "--quiet")
+
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    # Same seed, same clients, same attackers: the FedAvg arm is exactly the plain FedAvg run.
+    assert _rounds(run / "baselines" / "fedavg") == _rounds(reference_run)
+    assert _rounds(run) != _rounds(reference_run)
+    no_attack = yaml.safe_load((run / "baselines" / "no_attack" / "config.yaml").read_text())
+    assert no_attack["federated"]["attack"] is None and no_attack["federated"]["strategy"]["name"] == "fedmedian"
+    final = json.loads((run / "summary.json").read_text())["final_metrics"]
+    assert final["baselines.fedavg.test_accuracy"] == _rounds(reference_run)[-1]["test_accuracy"]
+    assert "baselines.no_attack.test_accuracy" in final
+    page = (run / "report" / "index.html").read_text()
+    assert "<h2>Baselines</h2>" in page and "baselines-accuracy.png" in page and "fedmedian, no attack" in page
+
+
 def test_failing_clients_do_not_stop_a_round(write_scenario, tmp_path):
     faulty = {**FEDERATED, "federated": {**FEDERATED["federated"], "attack": None,
                                          "faults": {"fraction": 0.25, "from_round": 2, "kind": "raise"}}}

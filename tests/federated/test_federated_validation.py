@@ -24,9 +24,27 @@ CASES = [
     ("attack-param-typo", _with_federated(attack={"name": "sign_flip", "scal": 2}),
      ["federated.attack.scal", "did you mean 'scale'"]),
     ("attack-fraction", _with_federated(attack={"name": "lie", "fraction": 1.5}), ["federated.attack.fraction"]),
+    ("unknown-threat-model", _with_federated(attack={"name": "lie", "threat_model": "mars"}),
+     ["federated.attack.threat_model", "'faithful' or 'marsfl'", "(got 'mars')"]),
     ("no-rounds", _with_federated(rounds=0), ["federated.rounds", "greater than 0"]),
     ("unknown-federated-key", _with_federated(round=3), ["federated.round", "did you mean 'rounds'"]),
+    ("unknown-baseline", _with_federated(baselines=["fedavgg"]),
+     ["federated.baselines[0]", "did you mean 'fedavg'", "no_attack"]),
+    ("baseline-twice", _with_federated(strategy={"name": "fedmedian"}, baselines=["fedavg", "fedavg"]),
+     ["federated.baselines[1]", "twice"]),
+    ("baseline-is-the-strategy", _with_federated(baselines=["fedavg"]), ["federated.baselines[0]", "own strategy"]),
+    ("no-attack-baseline-without-attack", _with_federated(attack=None, baselines=["no_attack"]),
+     ["federated.baselines[0]", "needs a federated.attack"]),
+    ("baseline-needs-more-clients", _with_federated(baselines=["bulyan"]),
+     ["data.num_clients", "bulyan", "in baseline 'bulyan'"]),
+    ("simple-cnn-on-8x8-digits", {**FEDERATED, "workload": {"name": "classifier", "arch": "simple_cnn"}},
+     ["workload.arch", "16x16", "arch: cnn"]),
     ("never-ray", {**FEDERATED, "engine": {"type": "local", "use_ray": "never"}}, ["engine.use_ray"]),
+    ("public-size-over-the-pool", _with_federated(strategy={"name": "sdea", "public": {"source": "typeset",
+                                                                                    "size": 4321}}),
+     ["federated.strategy.public.size", "4321", "'typeset'", "largest size is 4320"]),
+    ("unknown-public-source", _with_federated(strategy={"name": "sdea", "public": {"source": "imagenet"}}),
+     ["federated.strategy.public.source", "'sample_images'", "'noise'", "'typeset'", "imagenet"]),
     ("impossible-shards", {**FEDERATED, "data": {**FEDERATED["data"], "partition": {"type": "shards",
                                                                                    "classes_per_client": 11}}},
      ["data.partition.classes_per_client"]),
@@ -48,3 +66,15 @@ def test_a_valid_federated_scenario_validates_without_starting_ray(cli, write_sc
     code, out, err = cli("validate", write_scenario(FEDERATED))
     assert code == 0, err
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("attack", ["min_sum", "sign_flip"])
+def test_the_marsfl_threat_model_validates_with_any_attack(cli, write_scenario, attack):
+    code, _, err = cli("validate", write_scenario(_with_federated(attack={"name": attack, "threat_model": "marsfl"})))
+    assert code == 0, err
+
+
+def test_a_public_set_as_large_as_its_source_validates(cli, write_scenario):
+    whole_pool = {"name": "sdea", "public": {"source": "typeset", "size": 4320}}
+    code, _, err = cli("validate", write_scenario(_with_federated(strategy=whole_pool)))
+    assert code == 0, err

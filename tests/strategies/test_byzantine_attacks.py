@@ -1,11 +1,22 @@
-"""Tests for the Byzantine attacks (strategies.attacks, strategies.omniscient)."""
+"""Tests for the Byzantine attacks (strategies.attacks, strategies.omniscient, strategies.marsfl)."""
+
+import math
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
+from flwr.app import ArrayRecord, Message, MessageType, Metadata, MetricRecord, RecordDict
 from scipy.stats import norm
 
+from testbed.federated.client import PARTITION_KEY
+from testbed.federated.config import AttackBlock
+from testbed.federated.server import RoundLoop
+from testbed.seeding import SeedTree
+from testbed.strategies import marsfl
 from testbed.strategies.attacks import ATTACKS, poison_labels, poison_updates, random_model_vector
 from testbed.strategies.omniscient import lie, lie_z, min_max, min_sum
+from testbed.strategies.vectors import flatten_state, unflatten_state
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -134,3 +145,105 @@ def test_omniscient_attacks_validate_inputs():
         min_sum(torch.zeros(1, 3), torch.zeros(1, 3))
     with pytest.raises(ValueError, match="malicious_mask"):
         poison_updates("lie", torch.zeros(3, 2), torch.tensor([True]))
+
+
+# Threat model "marsfl": the attacks as SDEA's authors' MarsFL code plays them (strategies.marsfl).
+
+ONE_D = torch.tensor([[0.0], [2.0], [4.0]])  # mean 2; |b - mean| = 2, 0, 2; largest pairwise distance 4
+
+
+def test_marsfl_lie_z_is_about_zero_where_baruch_is_not():
+    # SDEA's setting, 10 clients of which 2 malicious: s = 10 // 2 + 1 - 2 = 4.
+    assert marsfl.lie_z(10, 2) == pytest.approx(math.exp(-16) * math.sqrt(math.pi / 2), rel=1e-12)
+    assert marsfl.lie_z(10, 2) < 1e-6 and lie_z(10, 2) == pytest.approx(norm.ppf(0.6), abs=1e-6)
+    assert marsfl.lie_z(10, 5) == pytest.approx(math.exp(-1) * math.sqrt(math.pi / 2))  # s = 1
+
+
+def test_marsfl_lie_adds_z_std_to_the_benign_mean():
+    benign = torch.tensor([[0.0, 0.0], [2.0, 4.0]])  # mean [1, 2], unbiased std [sqrt 2, 2 sqrt 2]
+    mu, sd = torch.tensor([1.0, 2.0]), torch.tensor([math.sqrt(2), 2 * math.sqrt(2)])
+    z = math.exp(-1) * math.sqrt(math.pi / 2)  # n = 3, m = 1: s = 1
+    mal = marsfl.lie(torch.zeros(1, 2), benign)
+    assert torch.allclose(mal[0], mu + z * sd)
+    assert torch.allclose(lie(torch.zeros(1, 2), benign)[0], mu - lie_z(3, 1) * sd)  # faithful: minus, Phi^-1
+    assert torch.allclose(marsfl.lie(torch.zeros(2, 2), benign, z=1.0), (mu + sd).expand(2, -1))
+
+
+def test_marsfl_min_sum_stays_at_the_smallest_benign_score():
+    # Threshold min_i sum_j |b_i - b_j|^2 = 8, the mean's own score: only gamma = 0 passes (and, in
+    # float32, gammas below ~6e-4, whose 3 gamma^2 is lost next to 8).
+    assert marsfl.min_sum(torch.zeros(1, 1), ONE_D, direction="unit")[0, 0] == pytest.approx(2.0, abs=1e-3)
+    # Faithful threshold (the largest score, 20): gamma -> 2, the upload -> 0.
+    assert min_sum(torch.zeros(1, 1), ONE_D, direction="unit")[0, 0] == pytest.approx(0.0, abs=1e-4)
+    # In general gamma = min_i |b_i - mean| / |dev| (dev = std here).
+    benign = _benign()
+    mu, sd = benign.mean(0), benign.std(0)
+    gamma = torch.linalg.vector_norm(mu - marsfl.min_sum(torch.zeros(1, 30), benign)[0]) / sd.norm()
+    assert float(gamma) == pytest.approx(float(torch.linalg.vector_norm(benign - mu, dim=1).min() / sd.norm()),
+                                         abs=1e-4)
+
+
+def test_marsfl_min_max_has_the_faithful_bound_and_a_longer_search():
+    assert marsfl.min_max(torch.zeros(1, 1), ONE_D, direction="unit")[0, 0] == pytest.approx(0.0, abs=1e-4)
+    # With a coarse tol the searches differ: MarsFL tests gamma = 1 and 1.5, the faithful one only 1.
+    coarse = {"direction": "unit", "gamma_init": 1.0, "tol": 0.3}
+    assert float(marsfl.min_max(torch.zeros(1, 1), ONE_D, **coarse)[0, 0]) == 0.5
+    assert float(min_max(torch.zeros(1, 1), ONE_D, **coarse)[0, 0]) == 1.0
+
+
+def _bn_then_linear() -> torch.nn.Module:
+    """A model whose buffers come before a parameter: bn.weight, bn.bias, 3 buffers, linear.weight, linear.bias."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.BatchNorm1d(2), torch.nn.Linear(2, 1))
+
+
+def test_write_into_parameters_fills_the_parameters_in_order_and_keeps_the_buffers():
+    state = _bn_then_linear().state_dict()
+    is_param = marsfl.parameter_mask(state, {"0.weight", "0.bias", "1.weight", "1.bias"})
+    assert is_param.tolist() == [True] * 4 + [False] * 5 + [True] * 3
+    out = unflatten_state(marsfl.write_into_parameters(torch.arange(12.0)[None], torch.full((1, 12), -1.0),
+                                                       is_param)[0], state)
+    assert out["0.weight"].tolist() == [0, 1] and out["0.bias"].tolist() == [2, 3]
+    assert out["1.weight"].tolist() == [[4, 5]] and out["1.bias"].tolist() == [6]  # the crafted row's entries 4-6
+    assert out["0.running_mean"].tolist() == [-1, -1] and int(out["0.num_batches_tracked"]) == -1
+
+
+def _reply(state: dict, pid: int) -> Message:
+    content = RecordDict({"arrays": ArrayRecord(state), "metrics": MetricRecord({PARTITION_KEY: pid})})
+    meta = Metadata(run_id=1, message_id=f"m{pid}", src_node_id=pid + 1, dst_node_id=0, reply_to_message_id="i",
+                    group_id="1", created_at=time.time(), ttl=60.0, message_type=MessageType.TRAIN)
+    return Message(content, metadata=meta)  # type: ignore[call-overload]  # flwr's overloads omit metadata=
+
+
+def _inject(threat_model: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Play LIE through `RoundLoop._inject_attack` on 5 clients (partition 4 malicious) around a global
+    model of tens; returns the malicious upload, the benign updates and the malicious client's honest state."""
+    template = _bn_then_linear().state_dict()
+    global_vector = flatten_state(template) * 0 + 10.0
+    gen = torch.Generator().manual_seed(1)
+    honest = global_vector + torch.randn(5, global_vector.numel(), generator=gen).round()
+    loop = RoundLoop.__new__(RoundLoop)
+    attack = AttackBlock(name="lie", fraction=0.2, threat_model=threat_model)
+    loop.setup = SimpleNamespace(  # type: ignore[assignment]
+        scenario=SimpleNamespace(federated=SimpleNamespace(attack=attack)), malicious=frozenset({4}),
+        num_clients=5, seeds=SeedTree(0), build_model=_bn_then_linear)
+    loop.state = unflatten_state(global_vector, template)
+    replies = [_reply(unflatten_state(row, template), pid) for pid, row in enumerate(honest)]
+    loop._inject_attack(1, replies)
+    upload = flatten_state(replies[4].content["arrays"].to_torch_state_dict())  # type: ignore[union-attr]
+    assert all(torch.equal(flatten_state(replies[i].content["arrays"].to_torch_state_dict()),  # type: ignore[union-attr]
+                           honest[i]) for i in range(4))  # benign uploads untouched
+    return upload, honest[:4] - global_vector, honest[4]
+
+
+def test_server_marsfl_uploads_the_crafted_update_as_parameters():
+    upload, benign, honest = _inject("marsfl")
+    z = math.exp(-4) * math.sqrt(math.pi / 2)  # n = 5, m = 1: s = 2
+    crafted = benign.mean(0) + z * benign.std(0)
+    is_param = torch.tensor([True] * 4 + [False] * 5 + [True] * 3)
+    assert torch.allclose(upload[is_param], crafted[:7])  # no global added back: a network near zero
+    assert upload[is_param].abs().max() < 3 and torch.equal(upload[~is_param], honest[~is_param].round())
+    faithful, benign, _ = _inject("faithful")
+    floats = torch.arange(12) != 8  # num_batches_tracked, rounded back to an integer
+    expected = 10.0 + benign.mean(0) - lie_z(5, 1) * benign.std(0)
+    assert lie_z(5, 1) > 0.25 and torch.allclose(faithful[floats], expected[floats])

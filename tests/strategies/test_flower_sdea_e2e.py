@@ -1,9 +1,12 @@
 """End to end: SDEA inside a plain Flower 1.42 app run with ``flwr.simulation.run_simulation``.
 
-Six clients train a tiny MLP with BatchNorm on scikit-learn's digits; the
-last two (partition ids 4 and 5) upload sign-flipped updates. SDEA, given an
-unlabelled public slice of digits no client holds, must flag exactly those two
-in every round and still produce a model that classifies well.
+No testbed CLI: a ServerApp and a ClientApp written as a Flower user writes them. Ten clients hold
+Dirichlet(0.5) label-skewed shards of scikit-learn's digits and train a small CNN; four of them
+(40%) are Byzantine and upload LIE (Baruch et al. 2019), which the server-side adversary crafts
+from the round's benign updates (`testbed.strategies.base.ServerSideAttack`). SDEA learns its
+weights on the library's ``typeset`` public set: unlabelled typeset digits and letters in fonts
+no client has, converted like the clients' 8x8 digits. Its recorded weights must separate the
+attackers from the honest clients.
 """
 
 import sys
@@ -16,16 +19,20 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 from ray import cloudpickle
 
+from testbed.data.config import PublicDataConfig
+from testbed.data.partition import DirichletPartition, partition_indices
+from testbed.data.public import augment_views, public_images
 from testbed.strategies import SDEA
+from testbed.strategies.base import ServerSideAttack
 
-NUM_CLIENTS, NUM_ROUNDS, MALICIOUS = 6, 2, {4, 5}
-PUBLIC, TEST = 200, 300  # first rows public, next rows test, the rest split among clients
+NUM_CLIENTS, NUM_ROUNDS, MALICIOUS = 10, 3, {1, 4, 6, 8}
+TEST = 300  # the first rows are the test set, the rest is split among the clients
 
 
 def _net() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(), torch.nn.Linear(32, 10)
-    )
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(16 * 4 * 4, 32), nn.ReLU(), nn.Linear(32, 10))
 
 
 def _digits() -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,11 +40,12 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
 
     x, y = load_digits(return_X_y=True)
     perm = np.random.default_rng(0).permutation(len(x))
-    return torch.tensor(x[perm] / 16.0, dtype=torch.float32), torch.tensor(y[perm])
+    return torch.tensor(x[perm] / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8), torch.tensor(y[perm])
 
 
-def _augment(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return x + 0.05 * torch.randn(x.shape, generator=gen)
+def _shards() -> list[np.ndarray]:
+    _, y = _digits()
+    return partition_indices(y[TEST:].numpy(), NUM_CLIENTS, DirichletPartition(beta=0.5), np.random.default_rng(1))
 
 
 client_app = ClientApp()
@@ -48,44 +56,37 @@ def train(msg: Message, context: Context) -> Message:
     torch.set_num_threads(1)
     pid = int(context.node_config["partition-id"])
     x, y = _digits()
-    shard = torch.arange(PUBLIC + TEST, len(x)).chunk(NUM_CLIENTS)[pid]
+    shard = torch.from_numpy(_shards()[pid]) + TEST
     arrays = msg.content["arrays"]
     assert isinstance(arrays, ArrayRecord)
-    glob = arrays.to_torch_state_dict()
     net = _net()
-    net.load_state_dict(glob)
-    net.train()
-    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net.load_state_dict(arrays.to_torch_state_dict())
+    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(pid)
-    for _ in range(3):
+    for _ in range(5):
         for batch in shard[torch.randperm(len(shard), generator=gen)].split(32):
-            if len(batch) > 1:  # BatchNorm needs two samples
-                opt.zero_grad()
-                torch.nn.functional.cross_entropy(net(x[batch]), y[batch]).backward()
-                opt.step()
-    state = net.state_dict()
-    if pid in MALICIOUS:  # sign flipping: send theta_g - (theta_k - theta_g)
-        state = {k: 2 * glob[k] - v if v.is_floating_point() else v for k, v in state.items()}
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x[batch]), y[batch]).backward()
+            opt.step()
     metrics = MetricRecord({"num-examples": len(shard), "partition-id": pid})
-    return Message(RecordDict({"arrays": ArrayRecord(state), "metrics": metrics}), reply_to=msg)
+    return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}), reply_to=msg)
 
 
 def _accuracy(state: dict[str, torch.Tensor]) -> float:
     x, y = _digits()
     net = _net()
     net.load_state_dict(state)
-    net.eval()
     with torch.no_grad():
-        pred = net(x[PUBLIC : PUBLIC + TEST]).argmax(dim=1)
-    return float((pred == y[PUBLIC : PUBLIC + TEST]).float().mean())
+        return float((net(x[:TEST]).argmax(dim=1) == y[:TEST]).float().mean())
 
 
-def test_sdea_flags_sign_flippers_in_flower_simulation():
+def test_sdea_with_a_typeset_public_set_separates_lie_attackers_in_a_flower_simulation():
     # Prepare: the ServerApp runs in a thread of this process, so it can fill `out`.
     # Ship this module to the Ray actors by value, so they never need to import tests/.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     out: dict = {}
-    x, _ = _digits()
+    public = torch.from_numpy(public_images(PublicDataConfig(source="typeset", size=512), (1, 8, 8),
+                                            np.random.default_rng(2)))
     torch.manual_seed(0)
     initial = ArrayRecord(_net().state_dict())
     server_app = ServerApp()
@@ -93,10 +94,11 @@ def test_sdea_flags_sign_flippers_in_flower_simulation():
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         strategy = SDEA(
-            model_fn=_net, public_x=x[:PUBLIC], augment=_augment, epochs=3, seed=0,
-            fraction_evaluate=0.0, min_available_nodes=NUM_CLIENTS, min_train_nodes=NUM_CLIENTS,
+            model_fn=_net, public_x=public, augment=augment_views, epochs=5, seed=0,
+            attack=ServerSideAttack("lie", MALICIOUS), fraction_evaluate=0.0,
+            min_available_nodes=NUM_CLIENTS, min_train_nodes=NUM_CLIENTS,
         )
-        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=NUM_ROUNDS, timeout=120,
+        result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=NUM_ROUNDS, timeout=300,
                                 train_config=ConfigRecord({}))
         out["history"], out["arrays"] = strategy.history, result.arrays
 
@@ -108,12 +110,16 @@ def test_sdea_flags_sign_flippers_in_flower_simulation():
         backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"num_cpus": 1, "address": "local"}},
     )
 
-    # Assert
-    assert [h["round"] for h in out["history"]] == [1, 2]
-    for entry in out["history"]:
+    # Assert: from round 2 on (round 1 starts every client from the same random model) every
+    # attacker's learned weight is below every honest client's, FINCH flags exactly the attackers,
+    # and the code rule leaves them only their small learned weight.
+    assert [h["round"] for h in out["history"]] == [1, 2, 3]
+    for entry in out["history"][1:]:
         assert entry["id_source"] == "partition-id" and entry["client_ids"] == list(range(NUM_CLIENTS))
-        flagged = {cid for cid, f in zip(entry["client_ids"], entry["flagged"]) if f}
-        assert flagged == MALICIOUS
-        assert all(entry["weights"][cid] == 0.0 for cid in MALICIOUS)
-        assert max(entry["learned"][4:]) < min(entry["learned"][:4])
-    assert _accuracy(out["arrays"].to_torch_state_dict()) > 0.8
+        learned = dict(zip(entry["client_ids"], entry["learned"]))
+        honest = set(range(NUM_CLIENTS)) - MALICIOUS
+        assert max(learned[c] for c in MALICIOUS) < min(learned[c] for c in honest)
+        assert {c for c, f in zip(entry["client_ids"], entry["flagged"]) if f} == MALICIOUS
+        weights = dict(zip(entry["client_ids"], entry["weights"]))
+        assert all(abs(weights[c] - learned[c]) < 1e-6 for c in MALICIOUS)
+    assert _accuracy(out["arrays"].to_torch_state_dict()) > 0.6

@@ -74,8 +74,9 @@ def test_learned_weights_favour_honest_clients_and_are_deterministic():
     assert learned[:3].min() > learned[3:].max()
 
 
-def test_sdea_weights_paper_rule_zeroes_sign_flipped_clients():
-    weights, mask = sdea_weights(_linear, _clients(), _public_blobs(), _jitter, epochs=5, generator=_seeded())
+def test_sdea_weights_two_group_rule_zeroes_sign_flipped_clients():
+    weights, mask = sdea_weights(_linear, _clients(), _public_blobs(), _jitter, epochs=5, generator=_seeded(),
+                                 rule="two_group")
     assert mask.tolist() == [False, False, False, True, True]
     assert torch.allclose(weights, torch.tensor([1 / 3, 1 / 3, 1 / 3, 0.0, 0.0]))
 
@@ -92,9 +93,39 @@ def test_sdea_runs_through_batchnorm_model():
     assert not torch.allclose(learned, torch.full((3,), 1 / 3))  # gradients reached M
 
 
-def test_cooperative_weights_paper_vs_code_rule():
+def test_batchnorm_train_mode_normalises_by_the_public_batch_and_leaves_the_clients_alone():
+    def mlp_bn() -> torch.nn.Module:
+        nn = torch.nn
+        return nn.Sequential(nn.Linear(DIM, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, NUM_CLASSES))
+
+    torch.manual_seed(0)
+    states = [mlp_bn().state_dict() for _ in range(3)]
+    for i, state in enumerate(states):  # running statistics far from the public batches'
+        state["1.running_mean"].fill_(10.0 * (i + 1))
+    before = [{k: v.clone() for k, v in s.items()} for s in states]
+    public = _public_blobs(64)
+    train = learn_weights(mlp_bn, states, public, None, epochs=2, bn_mode="train")
+    evaluated = learn_weights(mlp_bn, states, public, None, epochs=2, bn_mode="eval")
+    assert not torch.allclose(train, evaluated)  # the mode decides which statistics normalise
+    # Batch norm updates the running statistics it is given in place: never the clients' own.
+    assert all(torch.equal(s[k], b[k]) for s, b in zip(states, before) for k in s)
+    with pytest.raises(ValueError, match="bn_mode.*valid"):
+        learn_weights(mlp_bn, states, public, None, epochs=1, bn_mode="frozen")
+
+
+def test_code_rule_is_the_default_and_keeps_the_flagged_clients_learned_weight():
+    # Two attackers at the bottom (the LIE picture: the four lowest weights are the attackers).
+    learned = torch.tensor([0.14, 0.15, 0.16, 0.15, 0.14, 0.16, 0.05, 0.05])
+    weights, mask = cooperative_weights(learned)
+    assert mask.tolist() == [False] * 6 + [True, True]
+    assert torch.allclose(weights[6:], torch.tensor([0.05, 0.05]))
+    assert torch.allclose(weights[:6], torch.full((6,), 0.9 / 6))
+    assert abs(float(weights.sum()) - 1.0) < 1e-6
+
+
+def test_cooperative_weights_two_group_vs_code_rule():
     learned = torch.tensor([0.20, 0.21, 0.20, 0.19, 0.10, 0.10])
-    paper_w, paper_mask = cooperative_weights(learned, "paper")
+    paper_w, paper_mask = cooperative_weights(learned, "two_group")
     code_w, code_mask = cooperative_weights(learned, "code")
     expected_mask = [False, False, False, False, True, True]
     assert paper_mask.tolist() == expected_mask and code_mask.tolist() == expected_mask
@@ -103,20 +134,20 @@ def test_cooperative_weights_paper_vs_code_rule():
     assert torch.allclose(code_w, torch.tensor([0.2, 0.2, 0.2, 0.2, 0.1, 0.1]))
 
 
-def test_paper_rule_merges_to_two_groups_where_code_keeps_finest():
+def test_two_group_rule_merges_to_two_groups_where_code_keeps_finest():
     # Finest FINCH partition: {0.02,0.03} {0.10,0.11} {0.30,0.31,0.32}.
     learned = torch.tensor([0.02, 0.03, 0.10, 0.11, 0.30, 0.31, 0.32])
-    _, paper_mask = cooperative_weights(learned, "paper")
+    _, paper_mask = cooperative_weights(learned, "two_group")
     _, code_mask = cooperative_weights(learned, "code")
     assert code_mask.tolist() == [True, True, False, False, False, False, False]
     assert paper_mask.tolist() == [True, True, True, True, False, False, False]
 
 
 def test_single_cluster_falls_back_to_uniform():
-    weights, mask = cooperative_weights(torch.full((4,), 0.25), "paper")
+    weights, mask = cooperative_weights(torch.full((4,), 0.25))
     assert torch.allclose(weights, torch.full((4,), 0.25)) and not mask.any()
 
 
 def test_unknown_rule_raises():
-    with pytest.raises(ValueError, match="valid: .*paper"):
+    with pytest.raises(ValueError, match="valid: .*two_group"):
         sdea_weights(_linear, _clients(), _public_blobs(), None, epochs=0, rule="median")

@@ -34,6 +34,31 @@ def test_grid_and_variants_expand_to_their_product():
     assert all("sweep" not in v for v in variants.values())
 
 
+def test_grid_values_that_share_a_name_get_folders_told_apart_by_their_keys():
+    from tests.federated.test_federated_runs import FEDERATED
+
+    sweep = {**FEDERATED, "sweep": {"grid": {
+        "federated.attack": [None, {"name": "lie", "fraction": 0.25},
+                             {"name": "lie", "fraction": 0.25, "threat_model": "marsfl"}],
+        "federated.strategy": [{"name": "fedmedian"}, {"name": "fedavg"}]}}}
+    variants = expand_variants(sweep, "s.yaml")
+    assert sorted(variants) == sorted(f"federated.attack={a},federated.strategy={s}"
+                                      for a in ("None", "lie", "lie+threat_model=marsfl")
+                                      for s in ("fedmedian", "fedavg"))
+    assert variants["federated.attack=lie+threat_model=marsfl,federated.strategy=fedavg"][
+        "federated"]["attack"]["threat_model"] == "marsfl"
+    assert variants["federated.attack=None,federated.strategy=fedavg"]["federated"]["attack"] is None
+
+
+def test_a_sweep_naming_one_value_twice_is_refused_not_silently_merged():
+    import pytest
+
+    from testbed.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="share the folder name"):
+        expand_variants({**SWEEP, "sweep": {"grid": {"seed": [1, 1]}}}, "s.yaml")
+
+
 def test_a_bad_variant_is_refused_before_anything_runs(cli, write_scenario, tmp_path):
     path = write_scenario({**SWEEP, "sweep": {"grid": {"training.steps": [8, -1]}}})
     code, _, err = cli("run", path, "--run-dir", tmp_path / "sweep", "--quiet")

@@ -1,12 +1,17 @@
 """The classifier's network and its training and evaluation functions.
 
-``arch: cnn`` is a two-block convolutional network with batch norm for image data (scikit-learn's
-8x8 digits); ``arch: mlp`` a one-hidden-layer network for any dataset. The functions are public
-so that federated clients (and other workloads: `BatchStream`) train the same way.
+``arch: cnn`` is a two-block convolutional network for image data (scikit-learn's 8x8 digits,
+the 28x28 glyphs), with batch norm after each convolution unless ``norm: none``; ``arch: simple_cnn``
+the BatchNorm-free "SimpleCNN" backbone of SDEA's code (two 5x5 convolutions with 6 and 16 filters,
+each followed by 2x2 max pooling, then fully connected layers of 120, 84, 84 and 256 units: the
+network of its digit and CIFAR experiments, for images of at least 16x16); ``arch: mlp`` a
+one-hidden-layer network for any dataset. The functions are public so that federated clients
+(and other workloads: `BatchStream`) train the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,11 +31,28 @@ def build_classifier(config: ClassifierConfig, data: Dataset) -> nn.Module:
             nn.Linear(config.hidden, data.num_classes),
         )
     channels, height, width = data.image_shape
+    if config.arch == "simple_cnn":
+        return simple_cnn(channels, height, width, data.num_classes)
+    norm: Callable[[int], nn.Module] = nn.BatchNorm2d if config.norm == "batch" else lambda _: nn.Identity()
     return nn.Sequential(
-        nn.Conv2d(channels, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, 16, 3, padding=1), norm(16), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1), norm(32), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(32 * (height // 2) * (width // 2), config.hidden), nn.ReLU(),
         nn.Linear(config.hidden, data.num_classes),
+    )
+
+
+def simple_cnn(channels: int, height: int, width: int, num_classes: int) -> nn.Module:
+    """SDEA's BatchNorm-free backbone (see the module docstring), written from its layer sizes."""
+    side_h, side_w = ((height - 4) // 2 - 4) // 2, ((width - 4) // 2 - 4) // 2
+    if min(side_h, side_w) < 1:
+        raise ValueError(f"arch simple_cnn needs images of at least 16x16; these are {height}x{width}")
+    return nn.Sequential(
+        nn.Conv2d(channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(16 * side_h * side_w, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, 84), nn.ReLU(), nn.Linear(84, 256),  # the projection head of SDEA's SimpleCNN
+        nn.Linear(256, num_classes),
     )
 
 

@@ -7,18 +7,17 @@ so the natural shift here is the digit glyphs of 21 real typefaces (DejaVu Sans/
 Computer Modern; regular, bold, italic) with the variation of a hand-held pen imitated by a small
 random rotation, width and stroke thickness, converted exactly as scikit-learn's digits were made
 (the UCI optdigits preprocessing: the digit's bounding box scaled to a 32x32 bitmap, then the
-number of ink pixels counted in each 4x4 block, 0..16, here divided by 16).
+number of ink pixels counted in each 4x4 block, 0..16, here divided by 16). The renderer and the
+conversion are `testbed.data.glyphs`', which also makes the bundled ``glyphs`` dataset.
 """
 
 from __future__ import annotations
 
-import warnings
-from functools import cache
-from pathlib import Path
-
-import matplotlib
 import numpy as np
 from scipy import ndimage
+
+from testbed.data.glyphs import glyph_bitmap as render_glyph
+from testbed.data.glyphs import optdigits_8x8
 
 FONT_FILES = (
     "DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSans-Oblique.ttf", "DejaVuSans-BoldOblique.ttf",
@@ -30,33 +29,9 @@ FONT_FILES = (
 RENDER_POINTS = 64
 
 
-@cache
 def glyph_bitmap(font_file: str, digit: int) -> np.ndarray:
-    """The anti-aliased glyph of ``digit`` in one of matplotlib's bundled fonts, values in [0, 1]."""
-    from matplotlib.ft2font import FT2Font
-
-    font = FT2Font(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / font_file))
-    font.set_size(RENDER_POINTS, 72)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        font.set_text(str(digit), 0.0)
-        font.draw_glyphs_to_bitmap()
-    return np.asarray(font.get_image(), dtype=np.float64) / 255.0
-
-
-def optdigits_8x8(ink: np.ndarray) -> np.ndarray:
-    """The optdigits conversion: bounding box -> 32x32 bitmap (aspect kept, centred) -> 4x4 block counts / 16."""
-    rows, cols = np.nonzero(ink > 0.5)
-    if len(rows) == 0:
-        return np.zeros((8, 8), dtype=np.float32)
-    box = ink[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
-    scale = 32.0 / max(box.shape)
-    scaled = ndimage.zoom(box, scale, order=1) > 0.5
-    height, width = min(scaled.shape[0], 32), min(scaled.shape[1], 32)
-    bitmap = np.zeros((32, 32), dtype=np.float32)
-    top, left = (32 - height) // 2, (32 - width) // 2
-    bitmap[top : top + height, left : left + width] = scaled[:height, :width]
-    return bitmap.reshape(8, 4, 8, 4).sum(axis=(1, 3)) / 16.0
+    """The anti-aliased glyph of ``digit`` in one of matplotlib's bundled fonts, values in [0, 1] (cached, shared)."""
+    return render_glyph(font_file, str(digit), RENDER_POINTS)
 
 
 def handwritten_jitter(glyph: np.ndarray, rng: np.random.Generator) -> np.ndarray:
