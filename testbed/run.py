@@ -333,6 +333,38 @@ class RunFolder:
         with np.load(self.artifacts_path, allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
 
+    # other per-step records (a federated run's clients.jsonl) ------------------------------
+    def append_record(self, name: str, record: dict[str, Any]) -> None:
+        """Append one JSON line to the folder's ``name`` file and force it to disk, as metrics.jsonl."""
+        with self._writing(name), open(self.path / name, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_records(self, name: str) -> list[dict[str, Any]]:
+        """The complete lines of the folder's ``name`` file ([] without one); a torn line ends it."""
+        path = self.path / name
+        if not path.is_file():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a line torn by a crash mid-write
+        return records
+
+    def keep_records(self, name: str, keep: Callable[[dict[str, Any]], bool]) -> None:
+        """Rewrite ``name`` with the complete records ``keep`` accepts (a resumed run's rewind);
+        an unchanged file is left as it is."""
+        path = self.path / name
+        if not path.is_file():
+            return
+        text = "".join(json.dumps(r) + "\n" for r in self.read_records(name) if keep(r)).encode()
+        if text != path.read_bytes():
+            with self._writing(name):
+                atomic_write(path, text)
+
     # summary -------------------------------------------------------------------------------
     def write_summary(self, summary: dict[str, Any]) -> None:
         with self._writing(self.summary_path.name):

@@ -65,12 +65,12 @@ class BaselinesSection(ReportSection):
         for name in names:
             xs, ys = _curve(_read_metrics(data.path / BASELINES_DIR / name))
             if xs:
-                lines[arm_label(federated, name)] = (xs, ys)
+                lines[arm_label(data.config, name)] = (xs, ys)
         plot_curve(out_dir / "baselines-accuracy.png", "test accuracy per round", "round", lines)
         final = {label: ys[-1] if ys else math.nan for label, (_, ys) in lines.items()}
         mine = final[f"{own} (this run)"]
         rows = [(label, value, value - mine if label != f"{own} (this run)" else "") for label, value in final.items()]
-        missing = [n for n in names if arm_label(federated, n) not in lines]
+        missing = [n for n in names if arm_label(data.config, n) not in lines]
         note = (f"<p>Not run yet: {', '.join(missing)} (<code>testbed resume</code> runs them).</p>"
                 if missing else "")
         return (table(rows, ("arm", "final test accuracy", "minus this run's")) + note

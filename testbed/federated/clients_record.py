@@ -23,14 +23,11 @@ no weight, or flagged).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UserError
-from testbed.run import atomic_write
+from testbed.run import RunFolder
 
 CLIENTS_FILE = "clients.jsonl"
 ZERO_WEIGHT = 1e-6  # a weight at or below this counts as dropping the client
@@ -87,47 +84,17 @@ def round_metrics(line: dict[str, Any]) -> dict[str, Any]:
     return metrics
 
 
-def clients_path(run_dir: Path) -> Path:
-    return Path(run_dir) / CLIENTS_FILE
-
-
 def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
-    """The complete lines of the run's clients.jsonl ([] without one); a line torn by a crash ends it."""
-    path = clients_path(run_dir)
-    if not path.is_file():
-        return []
-    lines = []
-    for text in path.read_text().splitlines():
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:
-            break
-    return lines
+    """The complete lines of a run folder's clients.jsonl ([] without one)."""
+    return RunFolder(run_dir).read_records(CLIENTS_FILE)
 
 
-def append_round(run_dir: Path, server_round: int, line: dict[str, Any]) -> None:
-    """Append the round's line and force it to disk."""
-    path = clients_path(run_dir)
-    try:
-        with open(path, "a") as handle:
-            handle.write(json.dumps({"round": server_round, **line}) + "\n")  # clients in partition-id order
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as err:
-        raise UserError(f"{run_dir}: cannot write {CLIENTS_FILE}: {err.strerror or err}") from None
+def append_round(run: RunFolder, server_round: int, line: dict[str, Any]) -> None:
+    """Append the round's line (clients in partition-id order) and force it to disk."""
+    run.append_record(CLIENTS_FILE, {"round": server_round, **line})
 
 
-def rewind(run_dir: Path, last_round: int) -> None:
+def rewind(run: RunFolder, last_round: int) -> None:
     """Keep the lines of rounds up to ``last_round`` (the checkpoint a run resumes from), which
     also drops a torn last line; the resumed run appends the later rounds again."""
-    path = clients_path(run_dir)
-    if not path.is_file():
-        return
-    kept = [line for line in read_rounds(run_dir) if line["round"] <= last_round]
-    text = "".join(json.dumps(line) + "\n" for line in kept)
-    if text.encode() == path.read_bytes():
-        return
-    try:
-        atomic_write(path, text.encode())
-    except OSError as err:
-        raise UserError(f"{run_dir}: cannot write {CLIENTS_FILE}: {err.strerror or err}") from None
+    run.keep_records(CLIENTS_FILE, lambda line: line["round"] <= last_round)

@@ -84,7 +84,7 @@ class RoundLoop:
     def run(self, grid: Grid) -> None:
         config = self.setup.scenario.federated
         assert config is not None  # a federated scenario
-        rewind(self.ctx.run.path, self.start_round)  # as metrics.jsonl: the rounds after the checkpoint run again
+        rewind(self.ctx.run, self.start_round)  # as metrics.jsonl: the rounds after the checkpoint run again
         with self.ctx.progress.task("rounds", total=config.rounds, completed=self.start_round) as advance:
             for server_round in range(self.start_round + 1, config.rounds + 1):
                 record = self.one_round(grid, server_round)
@@ -92,7 +92,7 @@ class RoundLoop:
                     return
                 self.ctx.log_metrics(record)
                 if self.clients_line is not None:
-                    append_round(self.ctx.run.path, server_round, self.clients_line)
+                    append_round(self.ctx.run, server_round, self.clients_line)
                 if server_round % config.checkpoint_every == 0 or server_round == config.rounds:
                     self.ctx.run.save_checkpoint(server_round, {"global_state": self.state})
                 advance(1)

@@ -19,6 +19,7 @@ from testbed.federated.clients_record import (
     rewind,
     round_metrics,
 )
+from testbed.run import RunFolder
 from tests.federated.test_federated_runs import FEDERATED, _testbed
 
 SDEA_TINY = {**FEDERATED, "name": "sdea-record-tiny",
@@ -62,7 +63,7 @@ def test_rewind_keeps_the_rounds_up_to_the_checkpoint_and_drops_a_torn_line(tmp_
     lines = [{"round": r, **clients_line([0, 1], [0.5, 0.5], None, None, {1})} for r in (1, 2, 3)]
     (tmp_path / CLIENTS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"round": 4, "cl')
 
-    rewind(tmp_path, 2)
+    rewind(RunFolder(tmp_path), 2)
 
     assert read_rounds(tmp_path) == lines[:2]
 
