@@ -141,7 +141,11 @@ def learn_weights(
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     augment = augment or (lambda x, g: x)
     device = public_x.device
-    model = model_fn().to(device).train(bn_mode == "train")
+    model = model_fn().to(device).eval()  # dropout and the like stay off: the views are the only noise
+    if bn_mode == "train":
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.train()
     stacks = _stack_states(client_state_dicts, device)
     buffer_keys = frozenset(name for name, _ in model.named_buffers())
     fixed = {k: torch.as_tensor(v).to(device) for k, v in client_state_dicts[0].items() if k not in stacks}

@@ -52,15 +52,18 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
     base = {k: v for k, v in raw.items() if k not in ("sweep", "claims")}
     grid = sweep.get("grid") or {}
     labels = {key: axis_labels(values) for key, values in grid.items()}
-    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] or [{}]
+    # Positions, not values, pick a point's labels: 1 and 1.0 are equal but two values of an axis.
+    positions = list(itertools.product(*(range(len(values)) for values in grid.values()))) or [()]
     variants: dict[str, dict[str, Any]] = {}
     for extra in sweep.get("variants") or [{}]:
-        for point in points:
+        for position in positions:
+            point = {key: grid[key][i] for key, i in zip(grid, position)}
             overrides = {**extra, **point}
-            slug = variant_slug(overrides, {key: labels[key][grid[key].index(value)] for key, value in point.items()})
+            slug = variant_slug(overrides, {key: labels[key][i] for key, i in zip(grid, position)})
             if slug in variants:
                 raise ScenarioError(f"{source}: sweep: two variants would share the folder name {slug!r}; "
-                                    "give them values that differ in a name or a key")
+                                    "give the values of each grid key (and each variants entry) names or keys "
+                                    "that differ")
             variant = copy.deepcopy(base)
             for key, value in overrides.items():
                 try:

@@ -48,8 +48,9 @@ class Statement(StrictModel):
     predicate: str
     precondition: str | None = None
     for_each: str | None = Field(None, description=(
-        "a dotted scenario key the sweep varies: the statement is checked for every value of it "
-        "and holds only where it holds for each"))
+        "a dotted scenario key the sweep varies: the statement is checked for every value of it that "
+        "its arms take, and holds only where it holds for each (an arm whose variants lack the key is "
+        "shared by every value)"))
     condition: str | None = Field(None, description="the setting the statement is conditional on, in words")
 
     @field_validator("for_each")

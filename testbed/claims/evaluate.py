@@ -2,9 +2,10 @@
 
 An arm is the set of variants whose scenario (the base with the sweep's overrides) has the arm's
 values at its keys; arms are paired by the variant's root ``seed``. A statement with ``for_each``
-is checked once per value of that key (each arm restricted to it), and its verdict is the least
-favourable of its groups: ``not reproduced`` before ``inconclusive``, ``pending``, ``tie``,
-``reproduced``.
+is checked once per value of that key among the variants its arms select (each arm restricted to
+it; an arm whose variants lack the key, such as FedAvg without an attack, is shared by every
+group), and its verdict is the least favourable of its groups: ``not reproduced`` before
+``inconclusive``, ``pending``, ``tie``, ``reproduced``.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def check_claims(claims: ClaimsConfig, variants: Variants, source: str) -> None:
                                     f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
         labels = groups(statement, variants, claims.arms)
         if statement.for_each is not None and not labels:
-            raise ScenarioError(f"{where}.for_each: no variant of the sweep has '{statement.for_each}'")
+            raise ScenarioError(f"{where}.for_each: no variant the statement's arms select has "
+                                f"'{statement.for_each}'")
         for label, extra in labels:
             for arm in _arms_of(statement):
                 try:

@@ -14,7 +14,8 @@ scenario's strategy; ``no_attack`` removes the attack and keeps the strategy. Ev
 the root seed included, is the scenario's, so each baseline sees the same partitions, the same
 initial model and (under an attack) the same Byzantine clients: the comparison is paired.
 
-Each baseline is a complete run folder under ``<run>/baselines/<name>/``, run after the main
+Each baseline is a run folder under ``<run>/baselines/<name>/`` (config, metrics, checkpoints,
+per-client record and summary; its report is the main run's Baselines section), run after the main
 federation on the same engine, one at a time (two federations at once can deadlock on Flower's
 actor pools, docs/cluster.md), and resumed from its own checkpoints. Its final metrics join the
 main run's as ``baselines.<name>.<metric>``, so a claim can compare arms within one run.
@@ -22,6 +23,8 @@ main run's as ``baselines.<name>.<metric>``, so a claim can compare arms within 
 
 from __future__ import annotations
 
+import shutil
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +34,7 @@ from testbed.runner import RunContext
 from testbed.scenario import Scenario
 
 NO_ATTACK = "no_attack"
+FLTRUST = "fltrust"
 BASELINES_DIR = "baselines"
 # The final metrics a baseline contributes to the main run's summary.
 COMPARED_METRICS = ("test_accuracy", "test_loss", "malicious_weight", "attacker_auroc")
@@ -75,6 +79,11 @@ def check_baselines(scenario: Scenario, source: str, check: Callable[[Scenario, 
             raise ScenarioError(f"{source}: {field}: 'no_attack' needs a federated.attack to remove")
         if name == federated.strategy.name:
             raise ScenarioError(f"{source}: {field}: {name!r} is the scenario's own strategy")
+        if FLTRUST in (name, federated.strategy.name):
+            # FLTrust's server takes its root set out of the training data before partitioning, so
+            # its clients and the other arm's would not hold the same data: no paired comparison.
+            raise ScenarioError(f"{source}: {field}: FLTrust carves its root set out of the clients' data, so it "
+                                "cannot be paired with another arm; compare it in a sweep instead")
         try:
             check(baseline_scenario(scenario, name), source)
         except ScenarioError as err:
@@ -96,7 +105,9 @@ def run_baselines(ctx: RunContext, run_one: Callable[[RunContext], dict[str, Any
 def _run_one_baseline(ctx: RunContext, scenario: Scenario, name: str,
                       run_one: Callable[[RunContext], dict[str, Any]]) -> dict[str, Any]:
     path = ctx.run.path / BASELINES_DIR / name
-    if (path / "config.yaml").is_file():
+    if path.is_dir() and not RunFolder(path).config_path.is_file():
+        shutil.rmtree(path)  # a crash while the folder was being made: nothing was run in it yet
+    if RunFolder(path).config_path.is_file():
         run = RunFolder.open(path)
         if run.completed:
             summary = run.read_summary() or {}
@@ -108,9 +119,12 @@ def _run_one_baseline(ctx: RunContext, scenario: Scenario, name: str,
     try:
         child = RunContext(scenario, run, ctx.engine, ctx.progress, run.append_metrics, ctx.source)
         ctx.engine.start()  # Flower's simulation shuts Ray down as it returns: connect again
+        started = time.perf_counter()
         final = run_one(child)
         run.write_summary({"name": scenario.name, "kind": scenario.kind, "seed": scenario.seed,
-                           "status": "completed", "final_metrics": final, "baseline_of": ctx.scenario.name})
+                           "status": "completed", "final_metrics": final, "baseline_of": ctx.scenario.name,
+                           "engine": ctx.engine.describe(),
+                           "timings": {"wall_s": round(time.perf_counter() - started, 3)}})
     finally:
         run.unlock()
     return final

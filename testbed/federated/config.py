@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from testbed.config import PluginSpec, StrictModel
 from testbed.data.config import PublicDataConfig
@@ -108,6 +108,14 @@ class SDEAConfig(StrictModel):
     rule: Literal["code", "two_group"] = Field(
         "code", description="code: the authors' code (flagged keep their learned weight), which produced the "
                             "paper's tables; two_group: the paper text's two groups, the flagged one zeroed (ablation)")
+    @field_validator("rule", mode="before")
+    @classmethod
+    def _renamed(cls, value: object) -> object:
+        if value == "paper":
+            raise ValueError("'paper' is now 'two_group' (the paper text's two groups, the flagged one zeroed); "
+                             "the default, 'code', is the rule of the authors' code")
+        return value
+
     bn_mode: Literal["train", "eval"] = Field(
         "train", description="batch norm of the virtual model: train (the authors' code) or eval (running statistics)")
     batch_size: int = Field(64, gt=0)

@@ -196,7 +196,8 @@ class RoundLoop:
                         generator: torch.Generator, params: dict[str, Any]) -> torch.Tensor:
         """Threat model ``marsfl`` (`testbed.strategies.marsfl`): the crafted update written as the
         malicious models' parameters, their buffers kept. LIE counts as MarsFL does: ``n`` the clients
-        that replied, ``m`` = ``n`` minus the federation's benign clients."""
+        that replied, ``m`` = ``n`` minus the federation's benign clients (these replace any
+        ``num_clients`` the scenario sets; ``z`` set in the scenario still wins over MarsFL's)."""
         names = {key for key, _ in self.setup.build_model().named_parameters()}
         if name == "lie":
             n = states.shape[0]

@@ -57,6 +57,9 @@ def test_a_sweep_naming_one_value_twice_is_refused_not_silently_merged():
 
     with pytest.raises(ScenarioError, match="share the folder name"):
         expand_variants({**SWEEP, "sweep": {"grid": {"seed": [1, 1]}}}, "s.yaml")
+    # Equal values spelt apart (1 and 1.0) are two positions of the axis, each with its own label.
+    assert sorted(expand_variants({**SWEEP, "sweep": {"grid": {"workload.lr": [1, 1.0]}}}, "s.yaml")) == [
+        "workload.lr=1", "workload.lr=1.0"]
 
 
 def test_a_bad_variant_is_refused_before_anything_runs(cli, write_scenario, tmp_path):
