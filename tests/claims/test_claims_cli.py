@@ -33,7 +33,7 @@ CASES = [
     ("predicate-calls-code", _with_claims(statements=[{**STATEMENT, "predicate": "__import__('os').getpid() > 1"}]),
      "claims.statements.0.predicate: '__import__('os').getpid() > 1': '__import__('os').getpid()' is not allowed"),
     ("for-each-unknown-key", _with_claims(statements=[{**STATEMENT, "for_each": "workload.nope"}]),
-     "claims.statements.0.for_each: no variant of the sweep has 'workload.nope'"),
+     "claims.statements.0.for_each: no variant the statement's arms select has 'workload.nope'"),
     ("unknown-paper", _with_claims(paper="bisma"), "claims.paper: unknown paper 'bisma'"),
     ("arm-selects-nothing", _with_claims(arms={"fast": {"workload.lr": 0.5}, "slow": {"workload.lr": 0.001}}),
      "claims.arms.fast: selects no variant of the sweep"),
