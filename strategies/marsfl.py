@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from .omniscient import _benign_stats, _deviation, _max_distance, _sum_sq_distance
+from .omniscient import _benign_stats, _max_distance, _optimised, _sum_sq_distance
 
 
 def lie_z(num_online: int, num_malicious: int) -> float:
@@ -93,26 +93,6 @@ def _search(feasible: Callable[[float], bool], gamma_init: float, tol: float) ->
     return best
 
 
-def _optimised(
-    malicious: torch.Tensor,
-    benign: torch.Tensor,
-    objective: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    pick: Callable[[list[float]], float],
-    direction: str,
-    gamma_init: float,
-    tol: float,
-) -> torch.Tensor:
-    mu, sigma = _benign_stats(benign)
-    dev = _deviation(mu, sigma, direction)
-    threshold = pick([float(objective(b, benign)) for b in benign])
-
-    def feasible(gamma: float) -> bool:
-        return float(objective(mu - gamma * dev, benign)) <= threshold
-
-    gamma = _search(feasible, gamma_init, tol)
-    return (mu - gamma * dev).expand(malicious.shape[0], -1).clone()
-
-
 def min_max(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -123,7 +103,7 @@ def min_max(
     tol: float = 1e-5,
 ) -> torch.Tensor:
     """MarsFL's Min-Max: ``mean - gamma * dev`` with ``max_i ||mal - b_i|| <= max_{i,j} ||b_i - b_j||``."""
-    return _optimised(malicious, benign, _max_distance, max, direction, gamma_init, tol)
+    return _optimised(malicious, benign, _max_distance, direction, gamma_init, tol, pick=max, search=_search)
 
 
 def min_sum(
@@ -136,7 +116,7 @@ def min_sum(
     tol: float = 1e-5,
 ) -> torch.Tensor:
     """MarsFL's Min-Sum: ``sum_i ||mal - b_i||^2 <= min_i sum_j ||b_i - b_j||^2`` (the smallest benign score)."""
-    return _optimised(malicious, benign, _sum_sq_distance, min, direction, gamma_init, tol)
+    return _optimised(malicious, benign, _sum_sq_distance, direction, gamma_init, tol, pick=min, search=_search)
 
 
 MARSFL_ATTACKS: dict[str, Callable[..., torch.Tensor]] = {"lie": lie, "min_max": min_max, "min_sum": min_sum}

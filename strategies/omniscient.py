@@ -112,16 +112,21 @@ def _optimised(
     direction: str,
     gamma_init: float,
     tol: float,
+    *,
+    pick: Callable[[list[float]], float] = max,
+    search: Callable[[Callable[[float], bool], float, float], float] = _halving_search,
 ) -> torch.Tensor:
-    """Shared body of Min-Max / Min-Sum: the threshold is the benign maximum of ``objective``."""
+    """Shared body of Min-Max / Min-Sum: the threshold is ``pick`` (the paper's maximum) of the benign
+    updates' ``objective``; ``search`` finds the largest feasible ``gamma`` (the MarsFL variants,
+    `testbed.strategies.marsfl`, pass their own threshold and search)."""
     mu, sigma = _benign_stats(benign)
     dev = _deviation(mu, sigma, direction)
-    threshold = max(float(objective(b, benign)) for b in benign)
+    threshold = pick([float(objective(b, benign)) for b in benign])
 
     def feasible(gamma: float) -> bool:
         return float(objective(mu - gamma * dev, benign)) <= threshold
 
-    gamma = _halving_search(feasible, gamma_init, tol)
+    gamma = search(feasible, gamma_init, tol)
     return (mu - gamma * dev).expand(malicious.shape[0], -1).clone()
 
 

@@ -34,6 +34,11 @@ def _clients() -> list[dict[str, torch.Tensor]]:
     return honest + flipped
 
 
+def _mlp_bn() -> torch.nn.Module:
+    nn = torch.nn
+    return nn.Sequential(nn.Linear(DIM, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, NUM_CLASSES))
+
+
 def _seeded() -> torch.Generator:
     return torch.Generator().manual_seed(0)
 
@@ -82,35 +87,27 @@ def test_sdea_weights_two_group_rule_zeroes_sign_flipped_clients():
 
 
 def test_sdea_runs_through_batchnorm_model():
-    def mlp_bn() -> torch.nn.Module:
-        nn = torch.nn
-        return nn.Sequential(nn.Linear(DIM, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, NUM_CLASSES))
-
     torch.manual_seed(0)
-    states = [mlp_bn().state_dict() for _ in range(3)]
-    learned = learn_weights(mlp_bn, states, _public_blobs(64), None, epochs=1)
+    states = [_mlp_bn().state_dict() for _ in range(3)]
+    learned = learn_weights(_mlp_bn, states, _public_blobs(64), None, epochs=1)
     assert learned.shape == (3,) and torch.isfinite(learned).all()
     assert not torch.allclose(learned, torch.full((3,), 1 / 3))  # gradients reached M
 
 
 def test_batchnorm_train_mode_normalises_by_the_public_batch_and_leaves_the_clients_alone():
-    def mlp_bn() -> torch.nn.Module:
-        nn = torch.nn
-        return nn.Sequential(nn.Linear(DIM, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, NUM_CLASSES))
-
     torch.manual_seed(0)
-    states = [mlp_bn().state_dict() for _ in range(3)]
+    states = [_mlp_bn().state_dict() for _ in range(3)]
     for i, state in enumerate(states):  # running statistics far from the public batches'
         state["1.running_mean"].fill_(10.0 * (i + 1))
     before = [{k: v.clone() for k, v in s.items()} for s in states]
     public = _public_blobs(64)
-    train = learn_weights(mlp_bn, states, public, None, epochs=2, bn_mode="train")
-    evaluated = learn_weights(mlp_bn, states, public, None, epochs=2, bn_mode="eval")
+    train = learn_weights(_mlp_bn, states, public, None, epochs=2, bn_mode="train")
+    evaluated = learn_weights(_mlp_bn, states, public, None, epochs=2, bn_mode="eval")
     assert not torch.allclose(train, evaluated)  # the mode decides which statistics normalise
     # Batch norm updates the running statistics it is given in place: never the clients' own.
     assert all(torch.equal(s[k], b[k]) for s, b in zip(states, before) for k in s)
     with pytest.raises(ValueError, match="bn_mode.*valid"):
-        learn_weights(mlp_bn, states, public, None, epochs=1, bn_mode="frozen")
+        learn_weights(_mlp_bn, states, public, None, epochs=1, bn_mode="frozen")
 
 
 def test_code_rule_is_the_default_and_keeps_the_flagged_clients_learned_weight():
