@@ -116,7 +116,8 @@ def test_random_noise_attack_uploads_the_init_as_full_model():
     assert torch.allclose(arrays.to_torch_state_dict()["b"], torch.full((2,), 3.0))
 
 
-def test_sdea_strategy_flags_sign_flipped_clients():
+@pytest.mark.parametrize("rule", ["code", "two_group"])
+def test_sdea_strategy_flags_sign_flipped_clients(rule):
     gen = torch.Generator().manual_seed(0)
     labels = torch.randint(0, 3, (64,), generator=gen)
     public_x = 3.0 * torch.eye(6)[labels] + 0.3 * torch.randn(64, 6, generator=gen)
@@ -126,14 +127,27 @@ def test_sdea_strategy_flags_sign_flipped_clients():
         sign = -1.0 if pid >= 3 else 1.0
         state = {k: sign * v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in good.items()}
         replies.append(_reply(state, 10 + pid, partition_id=pid))
-    strategy = SDEA(model_fn=lambda: torch.nn.Linear(6, 3), public_x=public_x, epochs=5)
+    strategy = SDEA(model_fn=lambda: torch.nn.Linear(6, 3), public_x=public_x, epochs=5, rule=rule)
     strategy.global_arrays = ArrayRecord({k: torch.zeros_like(v) for k, v in good.items()})
     arrays, metrics = strategy.aggregate_train(1, replies)
     entry = strategy.history[-1]
     assert entry["flagged"] == [False, False, False, True, True]
-    assert entry["weights"][3:] == [0.0, 0.0]
     assert len(entry["learned"]) == 5 and metrics["num-flagged"] == 2
-    assert torch.allclose(arrays.to_torch_state_dict()["weight"], good["weight"], atol=0.05)
+    weights, learned = entry["weights"], entry["learned"]
+    assert sum(weights) == pytest.approx(1.0)
+    assert weights[0] == pytest.approx(weights[1]) == pytest.approx(weights[2])
+    aggregate = arrays.to_torch_state_dict()["weight"]
+    if rule == "two_group":
+        # The ablation zeroes the flagged group: the honest mean comes back.
+        assert weights[3:] == [0.0, 0.0]
+        assert torch.allclose(aggregate, good["weight"], atol=0.05)
+    else:
+        # The authors' code lets flagged clients keep their learned weight and
+        # shares the rest equally, so the sign-flipped pair still pulls the mix.
+        assert weights[3:] == pytest.approx(learned[3:])
+        assert 0.0 < weights[3] < weights[0]
+        share = sum(weights[:3]) - sum(weights[3:])
+        assert torch.allclose(aggregate, share * good["weight"], atol=0.05)
 
 
 def test_parameters_are_validated():
