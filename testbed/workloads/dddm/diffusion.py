@@ -4,13 +4,31 @@ VP diffusion with the DDPM linear schedule: ``x_t = sqrt(abar_t) x_0 + sqrt(1 - 
 
 * DDDM: one network estimates the PF-ODE solution from t to 0 directly,
   ``f_theta(x0_hat, x_t, t) = x_t - F_theta(x0_hat, x_t, t)``, conditioned on an earlier estimate
-  ``x0_hat`` of the clean sample. Training (Algorithm 1) keeps one estimate per training sample,
-  initialised from N(0, I): each visit draws a fresh t and noise, regresses ``f_theta`` on ``x_0``
-  with the metric d, and writes the new estimate back. Sampling (Algorithm 2) fixes ``x_T`` and
-  ``t = T``, starts from ``x0_hat ~ N(0, I)`` and iterates ``x0_hat <- f_theta(x0_hat, x_T, T)``;
-  the number of iterations is the number of function evaluations.
+  ``x0_hat`` of the clean sample. Sampling (Algorithm 2) fixes ``x_T`` and ``t = T``, starts from
+  ``x0_hat ~ N(0, I)`` and iterates ``x0_hat <- f_theta(x0_hat, x_T, T)``; the number of
+  iterations is the number of function evaluations. Training has two conditionings:
+
+  - ``self`` (default): the condition is computed from the *same* ``x_t`` in a first, gradient-free
+    pass started where the sampler starts (``f(z, x_t, t)``, ``z ~ N(0, I)``); half of each batch is
+    conditioned on ``z`` itself (the sampler's first step), half on that first estimate (its later
+    steps), as in Analog Bits' self-conditioning. The condition then carries nothing about ``x_0``
+    that ``x_t`` does not.
+  - ``buffer`` (the earlier reading, kept to show its flaw): one estimate per training sample, from
+    N(0, I), refreshed with every visit under a fresh ``x_t``. The stored estimate ends up near the
+    sample's own clean point, so the network learns to copy it rather than denoise: it leaks the
+    target (:func:`leak_errors` measures it).
+
+  The loss is ``w d(f, x_0) + (1 - w) d(f, x0_hat)`` as in the released code, the second term only
+  where ``x0_hat`` is a model estimate (a fixed-point term: one more iteration should not move it);
+  ``w = 1`` drops it, and the code's schedule is ``w = 1 / (epoch + 1)``.
 * Baseline: the same network without the ``x0_hat`` input (an x_0-predicting diffusion model),
   trained with the same metric and sampled with deterministic DDIM on an even grid of n steps.
+
+One-step quality needs a coupling: at ``t = T`` the noise ``x_T`` is almost independent of ``x_0``
+(``abar_T`` about 4e-5), so whatever the condition, as long as it is computed from ``x_T`` and fresh
+noise, the minimiser of ``E d(f, x_0)`` is one point (the data's mean under the squared distance)
+for every ``x_T``. A one-step sampler from independent ``(x_0, noise)`` pairs therefore needs a
+noise-to-data coupling (an ODE pairing, as distillation has), which the paper's description lacks.
 """
 
 from __future__ import annotations
@@ -72,9 +90,19 @@ def _clipped(x: torch.Tensor, clip: float | None) -> torch.Tensor:
     return x if clip is None else x.clamp(-clip, clip)
 
 
+def _guided_loss(metric: Metric, estimate: torch.Tensor, x0: torch.Tensor, condition: torch.Tensor,
+                 is_estimate: torch.Tensor, guide_weight: float) -> torch.Tensor:
+    """``w d(f, x_0) + (1 - w) d(f, x0_hat)``, the second term only where ``x0_hat`` is a model estimate."""
+    loss = guide_weight * metric(estimate, x0)
+    if guide_weight < 1:
+        loss = loss + (1 - guide_weight) * is_estimate.float() * metric(estimate, condition)
+    return loss.mean()
+
+
 def dddm_step(model: Denoiser, x0: torch.Tensor, estimates: torch.Tensor, abar: torch.Tensor, metric: Metric,
-              generator: torch.Generator, clip: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Algorithm 1 on a batch: (loss, new estimates to write back into the per-sample buffer).
+              generator: torch.Generator, clip: float | None = None,
+              guide_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Buffer conditioning on a batch: (loss, new estimates to write back into the per-sample buffer).
 
     For bounded data (images in [-1, 1]) the stored estimate is clipped to the data range, as the
     sampler clips it: a metric on features (Pseudo-LPIPS) does not bound the estimate's scale, and
@@ -83,7 +111,42 @@ def dddm_step(model: Denoiser, x0: torch.Tensor, estimates: torch.Tensor, abar: 
     t = torch.randint(0, len(abar), (len(x0),), generator=generator)
     x_t = noisy(x0, t, abar, torch.randn(x0.shape, generator=generator))
     estimate = model(x_t, t, estimates)
-    return metric(estimate, x0).mean(), _clipped(estimate.detach(), clip)
+    loss = _guided_loss(metric, estimate, x0, estimates, torch.ones(len(x0), dtype=torch.bool), guide_weight)
+    return loss, _clipped(estimate.detach(), clip)
+
+
+def self_conditioned_step(model: Denoiser, x0: torch.Tensor, abar: torch.Tensor, metric: Metric,
+                          generator: torch.Generator, clip: float | None = None,
+                          guide_weight: float = 1.0) -> torch.Tensor:
+    """Self conditioning on a batch: the condition is the start ``z`` or ``f(z, x_t, t)`` from the same ``x_t``."""
+    t = torch.randint(0, len(abar), (len(x0),), generator=generator)
+    x_t = noisy(x0, t, abar, torch.randn(x0.shape, generator=generator))
+    start = torch.randn(x0.shape, generator=generator)
+    with torch.no_grad():
+        first = _clipped(model(x_t, t, start), clip)
+    is_estimate = torch.rand(len(x0), generator=generator) < 0.5
+    condition = torch.where(is_estimate[:, None], first, start)
+    return _guided_loss(metric, model(x_t, t, condition), x0, condition, is_estimate, guide_weight)
+
+
+@torch.no_grad()
+def leak_errors(model: Denoiser, x0: torch.Tensor, t: int, abar: torch.Tensor, generator: torch.Generator,
+                conditions: torch.Tensor | None = None, clip: float | None = None) -> tuple[float, float]:
+    """Mean error ``|f - x_0|`` at time ``t`` given each sample's own condition, and given another sample's.
+
+    ``conditions``: the buffer's estimates of ``x0`` (buffer conditioning); ``None`` computes them the
+    way self conditioning does, from the same ``x_t``. A condition that carries only what ``x_t``
+    carries gives errors of the same size; one that holds the target (the buffer's) fails badly
+    when it is swapped for another sample's.
+    """
+    times = torch.full((len(x0),), t)
+    x_t = noisy(x0, times, abar, torch.randn(x0.shape, generator=generator))
+    if conditions is None:
+        conditions = _clipped(model(x_t, times, torch.randn(x0.shape, generator=generator)), clip)
+    others = conditions.roll(1, dims=0)
+    own = (model(x_t, times, conditions) - x0).norm(dim=1).mean()
+    swapped = (model(x_t, times, others) - x0).norm(dim=1).mean()
+    return float(own), float(swapped)
 
 
 def baseline_step(model: Denoiser, x0: torch.Tensor, abar: torch.Tensor, metric: Metric,

@@ -1,9 +1,10 @@
 """DDDM as a scenario workload (Zhang, Wang, Luo, ICML 2024): ``variant: dddm`` against ``variant: ddim``.
 
-``dddm`` trains the direct denoiser conditioned on its own earlier estimate of each training
-sample (a per-sample buffer refreshed with every visit) and samples by feeding its estimate back
-at t = T; ``ddim`` is an x_0-predicting diffusion model with the same network size, sampled with
-DDIM. Both are measured after 1, 2, ... ``sample_steps`` function evaluations. The data
+``dddm`` trains the direct denoiser conditioned on its own earlier estimate (``conditioning:
+self``: computed from the same x_t; ``buffer``: a per-sample buffer refreshed with every visit,
+which leaks the target) and samples by feeding its estimate back at t = T; ``ddim`` is an
+x_0-predicting diffusion model with the same network size, sampled with DDIM. Both are measured
+after 1, 2, ... ``sample_steps`` function evaluations. The data
 (``dataset``) are synthetic or the bundled digits, so ``data.dataset`` is ignored.
 
 Example: ``testbed run scenarios/workloads/dddm.yaml --no-sweep --set workload.variant=ddim``.
@@ -72,21 +73,48 @@ class DDDMWorkload(Workload):
             return metrics.pseudo_lpips(self.features, self.config.metric_c)
         return partial(diffusion.pseudo_huber, c=self.config.metric_c)
 
+    def guide_weight(self) -> float:
+        """``w`` of the loss at the current step (the code's ``1 / (epoch + 1)``, epochs of the training set)."""
+        if self.config.guide_weight != "inverse_epoch":
+            return float(self.config.guide_weight)
+        batch_size = min(self.config.batch_size, len(self.train_x))
+        return 1.0 / (self.steps_done * batch_size // len(self.train_x) + 1)
+
+    def _loss(self, index: torch.Tensor) -> torch.Tensor:
+        x0, metric = self.train_x[index], self.metric()
+        if self.config.variant == "ddim":
+            return diffusion.baseline_step(self.model, x0, self.abar, metric, self.train_rng)
+        if self.config.conditioning == "self":
+            return diffusion.self_conditioned_step(self.model, x0, self.abar, metric, self.train_rng, self.clip,
+                                                   self.guide_weight())
+        loss, fresh = diffusion.dddm_step(self.model, x0, self.estimates[index], self.abar, metric,
+                                          self.train_rng, self.clip, self.guide_weight())
+        self.estimates[index] = fresh  # the buffer is refreshed with the model's own estimate
+        return loss
+
     def train(self, steps: int) -> dict[str, float]:
         self.model.train()
-        metric, total = self.metric(), 0.0
+        total = 0.0
         batch_size = min(self.config.batch_size, len(self.train_x))
         for _ in range(steps):
             index = torch.randint(0, len(self.train_x), (batch_size,), generator=self.train_rng)
-            if self.config.variant == "dddm":
-                loss, fresh = diffusion.dddm_step(self.model, self.train_x[index], self.estimates[index], self.abar,
-                                                  metric, self.train_rng, self.clip)
-                self.estimates[index] = fresh  # the buffer is refreshed with the model's own estimate
-            else:
-                loss = diffusion.baseline_step(self.model, self.train_x[index], self.abar, metric, self.train_rng)
-            total += optimizer_step(self.optimizer, loss)
+            total += optimizer_step(self.optimizer, self._loss(index))
             self.steps_done += 1
         return {"train_loss": total / steps}
+
+    def leak_ratios(self) -> dict[str, float]:
+        """The leak probe: error with another sample's condition over error with its own, at t = T/100 and T/10.
+
+        About 1 when the condition carries only what x_t does; far above 1 when it holds the target.
+        """
+        count = min(len(self.train_x), 500)
+        conditions = self.estimates[:count] if self.config.conditioning == "buffer" else None
+        ratios = {}
+        for t in (self.config.diffusion_steps // 100, self.config.diffusion_steps // 10):
+            own, swapped = diffusion.leak_errors(self.model, self.train_x[:count], t, self.abar,
+                                                 self.seeds.torch(f"eval.leak.{t}"), conditions, self.clip)
+            ratios[f"train_leak_ratio_t{t}"] = swapped / own
+        return ratios
 
     def sample(self, steps: int, generator: torch.Generator) -> torch.Tensor:
         """``eval_samples`` samples after ``steps`` function evaluations of the run's sampler."""
@@ -110,6 +138,8 @@ class DDDMWorkload(Workload):
             generator = self.seeds.torch(f"eval.{steps}")  # the same draws at every evaluation
             for key, value in self._measure(self.sample(steps, generator)).items():
                 scores[f"test_{key}_{steps}"] = value
+        if self.config.variant == "dddm":
+            scores.update(self.leak_ratios())
         return scores
 
     def artifacts(self) -> dict[str, np.ndarray]:
@@ -119,6 +149,6 @@ class DDDMWorkload(Workload):
         arrays = {"steps": np.array(steps), "data": self.eval_x[:shown].numpy(),
                   "samples": torch.stack([s[:shown] for s in samples]).numpy(),
                   "distance": np.array([self._measure(s)["distance"] for s in samples])}
-        if self.config.variant == "dddm":
+        if self.config.variant == "dddm" and self.config.conditioning == "buffer":
             arrays["estimates"] = self.estimates[:shown].numpy()
         return arrays
