@@ -80,8 +80,8 @@ class DDDMWorkload(Workload):
         batch_size = min(self.config.batch_size, len(self.train_x))
         return 1.0 / (self.steps_done * batch_size // len(self.train_x) + 1)
 
-    def _loss(self, index: torch.Tensor) -> torch.Tensor:
-        x0, metric = self.train_x[index], self.metric()
+    def _loss(self, index: torch.Tensor, metric: diffusion.Metric) -> torch.Tensor:
+        x0 = self.train_x[index]
         if self.config.variant == "ddim":
             return diffusion.baseline_step(self.model, x0, self.abar, metric, self.train_rng)
         if self.config.conditioning == "self":
@@ -94,11 +94,11 @@ class DDDMWorkload(Workload):
 
     def train(self, steps: int) -> dict[str, float]:
         self.model.train()
-        total = 0.0
+        metric, total = self.metric(), 0.0
         batch_size = min(self.config.batch_size, len(self.train_x))
         for _ in range(steps):
             index = torch.randint(0, len(self.train_x), (batch_size,), generator=self.train_rng)
-            total += optimizer_step(self.optimizer, self._loss(index))
+            total += optimizer_step(self.optimizer, self._loss(index, metric))
             self.steps_done += 1
         return {"train_loss": total / steps}
 
