@@ -114,6 +114,10 @@ def finish(problem: Problem, settings: PhaseSettings, the_plan: privacy.PrivacyP
               "distance_mean": profile.mean, "distance_min": profile.minimum, "distance_max": profile.maximum}
     numbers = {**the_plan.summary(), "epsilon_mean": float(eps[~np.eye(n, dtype=bool)].mean()),
                **steps.evaluate(problem, phase, state)}
+    # Under calibrated noise a step size that is too large for the noise ends worse than it started:
+    # the report and the summary say so instead of showing a diverged arm as a result.
+    numbers["initial_test_loss"] = steps.evaluate(problem, phase, steps.initial_state(problem, phase))["test_loss"]
+    numbers["loss_above_start"] = float(numbers["test_loss"] > numbers["initial_test_loss"])
     if phase.canaries:
         audit_arrays = audit_pairs(problem, phase, state, eps)
         arrays.update({f"audit_{k}": v for k, v in audit_arrays.items()})

@@ -63,11 +63,20 @@ class BudgetSection(ReportSection):
             sigma = f"{get('sigma', float('nan')):.4g}" + (
                 " (calibrated to the target)" if get("sigma_calibrated") else "")
             rows.append((LABELS[alg], sigma, get("planned_steps"), stopped, get("epsilon_at_stop", float("nan")),
-                         get("epsilon_mean", float("nan")), get("test_accuracy", float("nan"))))
+                         get("epsilon_mean", float("nan")), get("test_accuracy", float("nan")), _loss(get)))
         head = (f"<p>Target: epsilon = {privacy.get('target_epsilon')}, delta = {privacy.get('delta')} "
                 f"(neighbouring: {privacy.get('neighbouring')}; largest epsilon over pairs u != v).</p>")
         return head + table(rows, ("algorithm", "sigma", "planned steps", "stop", "max pairwise epsilon",
-                                   "mean pairwise epsilon", "test accuracy"))
+                                   "mean pairwise epsilon", "test accuracy", "test loss: start -> end"))
+
+
+def _loss(get) -> str:
+    """The test loss at initialisation and at the end, flagged when training ended above its start."""
+    start, end = get("initial_test_loss", float("nan")), get("test_loss", float("nan"))
+    # Plain text: table() escapes its cells.
+    flag = " DIVERGED: ended above its start (the step size is too large for this noise)" if get(
+        "loss_above_start") else ""
+    return f"{start:.4g} -> {end:.4g}{flag}"
 
 
 class HeatmapSection(ReportSection):

@@ -128,3 +128,22 @@ def test_accounting_only_run_compares_the_three_algorithms_without_data(cli, tmp
         np.testing.assert_allclose(walk, [2.0 * T * harmonic_number(T) / 36.0], rtol=1e-9)
     page = (tmp_path / "run" / "report" / "index.html").read_text()
     assert "No algorithm was trained" in page and "complete (n=6)" in page
+
+
+def test_a_diverged_arm_is_flagged_in_the_summary_and_the_report(cli, tmp_path, tiny_scenario):
+    # lr 50 under sigma 8: the walk's noisy steps push the loss far above its start; local DP's
+    # lr 1e-4 barely moves it, so it ends below (the two arms pin both sides of the flag).
+    tiny_scenario["decentralized"].update(algorithm=["random_walk", "local_dp"], sigma=8.0)
+    tiny_scenario["decentralized"]["random_walk"]["lr"] = 50.0
+    tiny_scenario["decentralized"]["local_dp"] = {"lr": 1e-4}
+    tiny_scenario["decentralized"].pop("audit")
+    path = _write(tmp_path, tiny_scenario)
+
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+
+    assert code == 0, err
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())["final_metrics"]
+    assert final["random_walk.test_loss"] > final["random_walk.initial_test_loss"]
+    assert final["random_walk.loss_above_start"] == 1.0 and final["local_dp.loss_above_start"] == 0.0
+    page = (tmp_path / "run" / "report" / "index.html").read_text()
+    assert page.count("DIVERGED: ended above its start") == 1
