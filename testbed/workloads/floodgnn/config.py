@@ -28,6 +28,11 @@ class FloodGNNConfig(StrictModel):
     region_size: int = Field(16, ge=6, description="cells per side of each of the 9 DEM regions")
     relief_scale: float = Field(0.1, gt=0, le=1, description="terrain relief multiplier (flat-plain watersheds)")
     events: int = Field(7, ge=2, description="simulated storms")
+    storm_radius: tuple[float, float] = Field(
+        (0.1, 0.25), description="bounds of each storm's rain-cell radius, in region sides")
+    background_rain: float = Field(0.0, ge=0, le=1, description=(
+        "upper bound of the share of the peak that falls on every cell (0: local storms that leave dry "
+        "ground, so CSI can tell a model from the all-wet prediction)"))
     heldout_regions: int = Field(3, ge=1, le=REGIONS - 1)
     heldout_events: int = Field(3, ge=1)
     train_combos: int = Field(9, ge=1, description="training (region, storm) combinations")
@@ -45,6 +50,13 @@ class FloodGNNConfig(StrictModel):
         if not horizons or any(h < 1 for h in horizons):
             raise ValueError("needs one or more horizons, each >= 1")
         return sorted(set(horizons))
+
+    @field_validator("storm_radius")
+    @classmethod
+    def _ordered_radius(cls, radius: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < radius[0] <= radius[1]:
+            raise ValueError("needs 0 < low <= high (region sides)")
+        return radius
 
 
 def check(config: FloodGNNConfig, data: DataConfig) -> None:

@@ -3,7 +3,8 @@
 The relief of each crop is scaled by ``relief_scale`` about its lowest cell: the paper's
 watersheds are flat coastal plain, the bundled DEM a steep ridge-and-valley landscape.
 Depth and rain are kept in metres and moved to the paper's transformed space
-log(1 + x / 0.01) / 10 for the models and the metrics. Elevation is standardised per region.
+log(1 + x / 0.01) / 10 for the models (the metrics scale it back by 10, as the authors' code
+does: `testbed.workloads.floodgnn.metrics`). Elevation is standardised per region.
 
 Split as in the paper (a few training combinations, the rest for testing, some regions and some
 storms never seen): ``heldout_regions`` regions and ``heldout_events`` storms are held out; the
@@ -62,8 +63,9 @@ class FloodData:
     """Terrain, D8 graphs, simulated depth and rain for every region x storm, and the split."""
 
     def __init__(self, region_size: int, relief_scale: float, events: int, steps: int, interval_min: float,
-                 heldout_regions: int, heldout_events: int, train_combos: int, rng: np.random.Generator):
-        storms = tuple(random_storm(rng, steps * interval_min) for _ in range(events))
+                 heldout_regions: int, heldout_events: int, train_combos: int, rng: np.random.Generator,
+                 storm_radius: tuple[float, float], background_rain: float):
+        storms = tuple(random_storm(rng, steps * interval_min, storm_radius, background_rain) for _ in range(events))
         crops, self.depth_m, self.rain_m = _simulated(region_size, relief_scale, storms, steps, interval_min)
         self.storms, self.crops = storms, crops
         self.edges = [torch.as_tensor(d8_edges(crop)) for crop in crops]

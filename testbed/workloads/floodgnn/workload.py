@@ -10,8 +10,11 @@ with the paper's loss. ``variant`` selects the model:
 - ``mpnn``: a generic message-passing GNN of about the same parameter count (baseline);
 - ``rainincr``: h^t = h^{t-1} + alpha p^t, alpha fitted in closed form (baseline; no training).
 
-Metrics on held-out regions x held-out storms at each horizon H: ``test_rmse_tH``,
-``test_nse_tH``, ``test_csi001_tH`` and ``test_csi01_tH`` (wet above 1 mm and 1 cm); the same
+Storms are local rain cells (``storm_radius``, no background rain unless ``background_rain``),
+so dry ground remains at every step. Metrics on held-out regions x held-out storms at each
+horizon H: ``test_rmse_tH`` (in log(1 + h / 1 cm), the authors' units), ``test_nse_tH``,
+``test_csi001_tH`` and ``test_csi01_tH`` (wet above 1 mm and 1 cm), each CSI beside
+``test_csi001_allwet_tH`` / ``test_csi01_allwet_tH``, the CSI of calling every cell wet; the same
 over every combination not trained on as ``unseen_*``; Rain-Incr's as ``rainincr_*`` in every run.
 The headline ``test_rmse`` is the held-out RMSE at the longest horizon.
 """
@@ -36,7 +39,7 @@ from testbed.workloads.floodgnn.models import (
     matched_baseline,
     parameter_count,
 )
-from testbed.workloads.floodgnn.report import DepthMapSection, ErrorGrowthSection
+from testbed.workloads.floodgnn.report import CSIFloorSection, DepthMapSection, ErrorGrowthSection
 
 
 class FloodGNNWorkload(Workload):
@@ -48,13 +51,13 @@ class FloodGNNWorkload(Workload):
     check = staticmethod(check)
     checkpointed = ("model", "optimizer", "steps_done")
     headline_metric = ("test_rmse", "min")
-    report_sections = [ErrorGrowthSection(), DepthMapSection()]
+    report_sections = [CSIFloorSection(), ErrorGrowthSection(), DepthMapSection()]
 
     def __init__(self, config: FloodGNNConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         self.data = FloodData(config.region_size, config.relief_scale, config.events, config.rollout_steps,
                               config.interval_min, config.heldout_regions, config.heldout_events,
-                              config.train_combos, seeds.numpy("data"))
+                              config.train_combos, seeds.numpy("data"), config.storm_radius, config.background_rain)
         self.train_batch = self.data.batch(self.data.train)
         self.heldout_batch = self.data.batch(self.data.heldout)
         self.unseen_batch = self.data.batch(self.data.unseen)
