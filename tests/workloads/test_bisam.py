@@ -235,7 +235,8 @@ def test_profile_follows_each_direction_and_not_the_other():
 
 @pytest.mark.parametrize("field, value", [
     ("variant", "adam"), ("rho", -0.1), ("rho", 0), ("label_noise", 1.0), ("label_noise", -0.1),
-    ("mu", 0), ("surrogate", "hinge"), ("alpha", -1), ("batch_size", 0),
+    ("mu", 0), ("surrogate", "hinge"), ("alpha", -1), ("batch_size", 0), ("label_smoothing", 1.0),
+    ("lr_schedule", "step"), ("validation_fraction", 1.0), ("schedule_steps", 0),
 ])
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ScenarioError, match=rf"workload\.{field}"):
@@ -284,3 +285,76 @@ def test_schedulers_drive_the_base_optimizer_through_the_wrapper():
     restored = BiSAM(torch.optim.SGD(tiny_model().parameters(), lr=0.1, momentum=0.9), rho=0.05)
     restored.load_state_dict(optimizer.state_dict())
     assert restored.param_groups is restored.base.param_groups and restored.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_a_cosine_schedule_needs_its_horizon():
+    with pytest.raises(ScenarioError, match=r"workload\.schedule_steps: lr_schedule 'cosine' needs its horizon"):
+        scenario(lr_schedule="cosine")
+
+
+def test_the_cosine_schedule_runs_from_lr_to_zero_across_train_calls():
+    workload = build_workload(scenario(lr=0.08, lr_schedule="cosine", schedule_steps=20, hidden=16))
+    seen = []
+    original = workload.optimizer.base.step
+
+    def record(*args, **kwargs):
+        seen.append(workload.optimizer.param_groups[0]["lr"])
+        return original(*args, **kwargs)
+
+    workload.optimizer.base.step = record
+    workload.train(10)
+    workload.train(10)  # the second call continues the schedule from step 10
+    expected = [0.08 * (1 + math.cos(math.pi * t / 20)) / 2 for t in range(20)]
+    np.testing.assert_allclose(seen, expected)
+
+
+def test_label_smoothing_reaches_the_descended_and_sams_ascent_loss():
+    logits, y = torch.randn(16, 10), torch.randint(0, 10, (16,))
+    smoothed = F.cross_entropy(logits, y, label_smoothing=0.1)
+    for variant in ("sam", "sgd"):
+        workload = build_workload(scenario(variant=variant, label_smoothing=0.1, hidden=16))
+        assert torch.isclose(workload.optimizer.upper_loss(logits, y), smoothed)
+    sam = build_workload(scenario(variant="sam", label_smoothing=0.1, hidden=16)).optimizer
+    assert torch.isclose(sam.ascent_loss(logits, y), smoothed)
+
+
+def test_the_checkpoint_is_selected_on_the_validation_split_not_the_test_set():
+    workload = build_workload(scenario(validation_fraction=0.2, label_noise=0.4, hidden=16))
+    validation = workload.validation_set
+    assert validation is not None
+    assert len(validation.y) + len(workload.train_set.y) == 1347  # the 1347 training digits, split
+    # Validation labels carry the same noise as training labels (a user has no clean ones).
+    assert 0.3 < float(np.mean(validation.y != _clean_labels(workload, validation))) < 0.5
+    history = []
+    for _ in range(4):
+        workload.train(25)
+        history.append(workload.evaluate())
+    best = max(range(4), key=lambda i: (history[i]["val_accuracy"], -i))
+    assert history[-1]["best_val_accuracy"] == history[best]["val_accuracy"]
+    assert history[-1]["test_accuracy_at_best_val"] == history[best]["test_accuracy"]
+
+
+def test_the_selection_survives_a_resume():
+    def make():
+        return build_workload(scenario(validation_fraction=0.2, hidden=16, lr=0.5))
+
+    straight, split = make(), make()
+    for workload in (straight, split):
+        workload.train(12)
+        first = workload.evaluate()
+    restored = make()
+    restored.load_state_dict(split.state_dict())
+    assert restored.best_validation == (first["val_accuracy"], first["test_accuracy"])
+    straight.train(18)
+    restored.train(18)
+    assert restored.evaluate() == straight.evaluate()
+
+
+def _clean_labels(workload, split) -> np.ndarray:
+    """The true digit labels of ``split``'s images, looked up in the full dataset."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images = (bunch.images / 16.0).astype(np.float32).reshape(len(bunch.target), -1)
+    index = {row.tobytes(): label for row, label in zip(images, bunch.target)}
+    return np.array([index[row.reshape(-1).tobytes()] for row in split.x])

@@ -6,6 +6,10 @@ cross-entropy gradient first (Foret et al. 2021), ``bisam`` along the gradient o
 of the 0-1 loss (Xie et al. 2024, Eq. for Q_{phi,mu}). ``label_noise`` replaces that fraction of the
 training labels by a uniformly drawn different class (symmetric noise, the paper's noisy-label
 setting); the test split stays clean. The metric is test accuracy, as in the paper.
+``validation_fraction`` holds out part of the training split (with the same label noise: a user
+has no clean labels either) and reports ``test_accuracy_at_best_val``, the test accuracy of the
+evaluation with the best validation accuracy, so no checkpoint is chosen on the test set.
+``label_smoothing`` and ``lr_schedule: cosine`` are the authors' training recipe.
 
 The workload is also a `FederatedWorkload`: in ``kind: federated`` scenarios each client trains
 its local epochs with the same update (``label_noise`` applies only to central training there;
@@ -14,13 +18,17 @@ federated label flipping belongs to the federated runner's attacks).
 
 from __future__ import annotations
 
+import functools
+import math
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from testbed.config import StrictModel
-from testbed.data import Dataset
+from testbed.data import Dataset, train_test_split
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.bisam.config import BiSAMConfig, check
@@ -51,20 +59,37 @@ def corrupt_labels(labels: np.ndarray, num_classes: int, fraction: float,
 
 
 def make_sharpness_optimizer(model: nn.Module, config: BiSAMConfig) -> BiSAM:
-    """The classifier's SGD wrapped for the configured variant."""
-    ascent = {"sgd": None, "sam": F.cross_entropy,
+    """The classifier's SGD wrapped for the configured variant; SAM ascends and every variant
+    descends the cross-entropy with the configured label smoothing (BiSAM ascends its bound)."""
+    cross_entropy = functools.partial(F.cross_entropy, label_smoothing=config.label_smoothing)
+    ascent = {"sgd": None, "sam": cross_entropy,
               "bisam": LowerBoundSurrogate(config.surrogate, config.mu, config.alpha)}[config.variant]
-    return BiSAM(make_optimizer(model, config), rho=config.rho, ascent_loss=ascent, model=model)
+    return BiSAM(make_optimizer(model, config), rho=config.rho, ascent_loss=ascent, upper_loss=cross_entropy,
+                 model=model)
+
+
+def learning_rate_at(config: BiSAMConfig) -> Callable[[int], float]:
+    """The learning rate of step ``t`` (0-based): constant, or cosine from ``lr`` to 0 over the horizon."""
+    if config.lr_schedule == "constant":
+        return lambda t: config.lr
+    horizon = config.schedule_steps
+    assert horizon is not None  # check() refuses a cosine schedule without its horizon
+    return lambda t: config.lr * (1 + math.cos(math.pi * min(t, horizon) / horizon)) / 2
 
 
 def train_sharpness_steps(model: nn.Module, optimizer: BiSAM, data: Dataset, stream: BatchStream,
-                          steps: int) -> dict[str, float]:
+                          steps: int, lr_at: Callable[[int], float] | None = None,
+                          first_step: int = 0) -> dict[str, float]:
     """``steps`` updates; returns the mean loss and 0-1 error of the batches at the weights descended,
-    and the mean ascent objective at ``w`` (the lower bound for bisam, CE for sam; absent for sgd)."""
+    and the mean ascent objective at ``w`` (the lower bound for bisam, CE for sam; absent for sgd).
+    ``lr_at`` sets the learning rate of each step from its index (``first_step`` onwards)."""
     model.train()
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     loss_sum, error_sum, ascent_sum = 0.0, 0.0, 0.0
-    for _ in range(steps):
+    for index in range(steps):
+        if lr_at is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(first_step + index)
         batch = stream.next()
         last_logits: list[torch.Tensor] = []
 
@@ -155,14 +180,27 @@ class BiSAMWorkload(ClassifierWorkload):
     config: BiSAMConfig
     optimizer: BiSAM  # built by optimizer_for
     check = staticmethod(check)
+    checkpointed = (*ClassifierWorkload.checkpointed, "best_validation")
     report_sections = [PerturbationProfileSection(), ConfusionSection()]
 
     def __init__(self, config: BiSAMConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
         train = self.train_set
+        self.validation_set: Dataset | None = None
+        if config.validation_fraction > 0:
+            train, validation = train_test_split(train, config.validation_fraction, seeds.integer("data.validation"))
+            noisy_validation, _ = corrupt_labels(validation.y, validation.num_classes, config.label_noise,
+                                                 seeds.numpy("data.label_noise.validation"))
+            self.validation_set = Dataset(validation.name, validation.x, noisy_validation,
+                                          validation.num_classes, validation.image_shape)
+            # The stream drew its order for the whole split: draw it again for the smaller one.
+            self.stream = BatchStream(len(train.y), min(config.batch_size, len(train.y)),
+                                      seeds.torch("data.batches"))
         noisy, self.flipped = corrupt_labels(train.y, train.num_classes, config.label_noise,
                                              seeds.numpy("data.label_noise"))
         self.train_set = Dataset(train.name, train.x, noisy, train.num_classes, train.image_shape)
+        # (best validation accuracy so far, the test accuracy of that evaluation)
+        self.best_validation = (-1.0, float("nan"))
 
     @classmethod
     def optimizer_for(cls, model: nn.Module, config: ClassifierConfig) -> BiSAM:
@@ -177,13 +215,19 @@ class BiSAMWorkload(ClassifierWorkload):
         return train_sharpness_epochs(model, optimizer, data, epochs, config.batch_size, generator, proximal_mu)
 
     def train(self, steps: int) -> dict[str, float]:
-        metrics = train_sharpness_steps(self.model, self.optimizer, self.train_set, self.stream, steps)
+        metrics = train_sharpness_steps(self.model, self.optimizer, self.train_set, self.stream, steps,
+                                        learning_rate_at(self.config), self.steps_done)
         self.steps_done += steps
         return metrics
 
     def evaluate(self) -> dict[str, float]:
         metrics = super().evaluate()
         metrics["train_fit"] = evaluate_model(self.model, self.train_set)["accuracy"]
+        if self.validation_set is not None:
+            metrics["val_accuracy"] = evaluate_model(self.model, self.validation_set)["accuracy"]
+            if metrics["val_accuracy"] > self.best_validation[0]:  # the first of equal ones is kept
+                self.best_validation = (metrics["val_accuracy"], metrics["test_accuracy"])
+            metrics["best_val_accuracy"], metrics["test_accuracy_at_best_val"] = self.best_validation
         if self.flipped.any():
             flipped = np.flatnonzero(self.flipped)
             noisy_part = Dataset("flipped", self.train_set.x[flipped], self.train_set.y[flipped],

@@ -8,6 +8,7 @@ adds the train/test split, the checkpointed batch stream and the federated hooks
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ class ClassifierWorkload(FederatedWorkload):
     Config = ClassifierConfig
     config: ClassifierConfig
     check: Callable[..., None] = staticmethod(check)  # subclasses (bisam) check their own Config
-    checkpointed = ("model", "optimizer", "stream", "steps_done")
+    checkpointed: ClassVar[tuple[str, ...]] = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
 
