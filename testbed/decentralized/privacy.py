@@ -20,7 +20,9 @@ of the clipping norm C) of every pair after every step, and sigma only rescales 
   (W^s)_uw without the square that (M1) gives each message here (MFDL's code was not checked).
   Splitting a message into one mechanism per contribution it carries can only increase the bound
   ((sum a_i)^2 / sum b_i <= sum a_i^2 / b_i, Cauchy-Schwarz). Clipped at k Delta^2 / 2.
-* local DP: every release is public, rho(k) = k Delta^2 / 2 for every pair.
+* local DP: every release is public, rho(k) = k Delta^2 / 2 for every pair; the walk accounted
+  this way (``random_walk.accounting: local``, the Fig. 2 baseline of Cyffers et al.) has
+  rho(t) = min(cap, t) Delta^2 / 2.
 """
 
 from __future__ import annotations
@@ -129,6 +131,18 @@ def _lag_matrices(walk: np.ndarray, steps: int, rounds: int, gamma: float, recei
                 share += message**2 / np.einsum("ij,ij->i", message, message)[:, None]
         yield np.asarray(receive @ share).T
         averaging = message  # Q^{j+1} = P_R Q^j
+
+
+def walk_local_unit_rho(n: int, steps: int, cap: int, sensitivity: float, keep: int | None = None) -> UnitRho:
+    """The random walk accounted as local DP: each of a node's min(cap, t) releases is public, so every
+    pair is at the ceiling min(cap, t) Delta^2 / 2 (the bound holds whoever starts the walk)."""
+    local = np.minimum(cap, np.arange(steps + 1)) * sensitivity**2 / 2.0
+    pair = np.tile(np.array([0, 1]), (steps + 1, 1))
+    matrix = None
+    if keep is not None:
+        matrix = np.full((n, n), local[keep])
+        np.fill_diagonal(matrix, 0.0)
+    return UnitRho(local.copy(), pair, local, matrix, order_limited=False)
 
 
 def local_dp_unit_rho(n: int, steps: int, sensitivity: float, keep: int | None = None) -> UnitRho:
