@@ -156,6 +156,31 @@ def test_random_baseline_acquires_as_many_features_as_aco_on_each_instance():
     assert not np.array_equal(outcomes["random"].masks, expected)  # the same number of features, drawn at random
 
 
+def test_greedy_at_acos_budget_buys_greedys_features_as_many_as_aco():
+    """Catches a matched-budget greedy that keeps greedy's stop, gets no budget (it would buy all three
+    features) or another instance's budget: on `gated_data` ACO buys {0} or {0, 1} by the sign of x_0 (see
+    above), and greedy's best single feature is x_0, then x_1, so the masks must be ACO's exactly."""
+    from testbed.workloads.aco.metrics import run_policies
+
+    train, test = gated_data(40, 0), gated_data(24, 1)
+    outcomes = run_policies(cast(MaskedClassifier, GatedOracle()), train, test, ["aco", "greedy_budget"], SETTINGS,
+                            24, torch.Generator().manual_seed(0))
+    assert np.array_equal(outcomes["greedy_budget"].masks.sum(axis=1), outcomes["aco"].masks.sum(axis=1))
+    assert np.array_equal(outcomes["greedy_budget"].masks, outcomes["aco"].masks)
+
+
+def test_greedy_without_its_stop_spends_the_budget_on_its_best_single_features():
+    estimator = oracle()
+    estimator.settings = AcquisitionSettings(cost=10.0, neighbours=5, exhaustive_up_to=4, random_candidates=8)
+    x = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    assert rollout(greedy_chooser(estimator), x, budget=3) == []  # no feature pays for a cost of 10
+    order = rollout(greedy_chooser(estimator, stop=False), x, budget=3)
+    assert len(order) == 3 and len(set(order)) == 3
+    observed = torch.zeros(6, dtype=torch.bool)
+    first = int(torch.argmin(estimator.scores(x, observed, torch.eye(6, dtype=torch.bool))))
+    assert order[0] == first
+
+
 def test_resume_continues_bit_exactly():
     config = dict(eval_instances=20, hidden=32, num_samples=400)
     restored, straight = resumed_and_uninterrupted(
@@ -178,7 +203,8 @@ def test_aco_solves_jointly_informative_features_where_greedy_stays_at_chance():
 
 @pytest.mark.parametrize("field, value", [
     ("policy", "oracle"), ("cost", -0.1), ("neighbours", 0), ("informative", 11), ("source", "mnist"),
-    ("baselines", ["random"]), ("cost_grid", [0.1, -1]), ("exhaustive_up_to", 20), ("eval_instances", 0),
+    ("baselines", ["random"]), ("baselines", ["greedy_budget"]), ("cost_grid", [0.1, -1]),
+    ("exhaustive_up_to", 20), ("eval_instances", 0),
 ])
 def test_bad_values_are_refused_naming_the_field(field, value):
     config = {field: value}

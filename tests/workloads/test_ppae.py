@@ -93,6 +93,37 @@ def test_local_blend_copies_the_source_outside_the_mask():
     assert bool((mask.sum(1) >= 1).all())
 
 
+def tiny_edit(**workload) -> tuple[PPAEWorkload, torch.Tensor, torch.Tensor]:
+    """A tiny untrained PPAE workload with no global pass (the blend holds to the end): (workload, edited, mask)."""
+    built = build_workload(scenario(**TINY, global_frac=0.0, **workload))
+    assert isinstance(built, PPAEWorkload)
+    built.train(2)
+    edited, mask = built.edit("ppae", built.invert())
+    return built, edited, mask
+
+
+def test_blend_ablation_leaves_the_outside_to_the_denoiser():
+    # threshold 1: the mask is the map's peak frame, dilated (an untrained map is nearly flat)
+    built, blended, mask = tiny_edit(threshold=1.0)
+    x0, outside = built.test_set.features, (mask == 0)[..., None].expand_as(built.test_set.features)
+    assert bool(outside.any()) and torch.equal(blended[outside], x0[outside])
+    _, unblended, same_mask = tiny_edit(threshold=1.0, blend=False)
+    assert torch.equal(same_mask, mask)  # the mask it would have used, reported as before
+    assert not torch.allclose(unblended[outside], x0[outside], atol=1e-3)  # no frame is copied any more
+
+
+def test_oracle_mask_is_the_true_event_and_the_blend_keeps_everything_else():
+    built, edited, mask = tiny_edit(mask="oracle")
+    truth = built.edits["truth"]
+    assert torch.equal(mask, truth)
+    _, _, estimated = tiny_edit()
+    assert not torch.equal(estimated, truth)  # the untrained model's attention mask is not the truth
+    outside = (truth == 0)[..., None].expand_as(edited)
+    assert torch.equal(edited[outside], built.test_set.features[outside])
+    inside = ~outside
+    assert not torch.allclose(edited[inside], built.test_set.features[inside], atol=1e-3)
+
+
 def test_attention_mask_thresholds_and_dilates():
     column = torch.zeros(1, 1, 1, 10, 3)  # one step, one layer: [B, heads, frames, tokens]
     column[..., 4:6, 1] = 1.0
@@ -125,6 +156,7 @@ def test_resume_continues_bit_exactly(variant):
 @pytest.mark.parametrize("field, value", [
     ("variant", "audit"), ("train_clips", -1), ("sample_steps", 500), ("batch_size", 5000), ("heads", 3),
     ("inject_frac", 1.5), ("global_frac", 1.0), ("threshold", 0), ("operation", "refine"), ("sdedit_strength", 0),
+    ("blend", "sometimes"), ("mask", "truth"),
 ])
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ScenarioError, match=rf"workload\.{field}"):
@@ -134,6 +166,15 @@ def test_bad_values_are_refused_naming_the_field(field, value):
 def test_reweighting_needs_the_attention_edit():
     with pytest.raises(ScenarioError, match=r"workload\.operation"):
         scenario(variant="sdedit", operation="reweight")
+
+
+@pytest.mark.parametrize("settings, field", [
+    (dict(variant="regenerate", blend=False), "blend"), (dict(variant="sdedit", mask="oracle"), "mask"),
+    (dict(blend=False, mask="oracle"), "mask"),
+])
+def test_blend_ablations_need_the_blend(settings, field):
+    with pytest.raises(ScenarioError, match=rf"workload\.{field}"):
+        scenario(**settings)
 
 
 def core_measurements(seed: int) -> dict[str, float]:

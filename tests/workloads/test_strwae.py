@@ -90,6 +90,22 @@ def test_bad_values_are_refused_naming_the_field(field, value):
         scenario(**{field: value})
 
 
+def test_invariance_weight_zero_removes_the_invariance_term_from_the_loss():
+    # The same seed gives the same model, batch and prior sample, so the two losses differ by the term alone.
+    small = dict(hidden=32, batch_size=32, labelled_batch_size=8)
+    losses = {}
+    for weight in (100.0, 0.0):
+        workload = build_workload(scenario(invariance_weight=weight, **small))
+        total, parts = workload._loss()
+        losses[weight] = (total.item(), parts)
+    (with_term, parts), (without_term, same_parts) = losses[100.0], losses[0.0]
+    assert parts == same_parts and parts["invariance_hsic"] != 0.0
+    others = (parts["recon"] + 10.0 * parts["prior_mmd"] + 1.0 * parts["label_mmd"] + 5.0 * parts["cross_entropy"]
+              + 100.0 * parts["independence_hsic"])  # the config's default weights
+    assert without_term == pytest.approx(others, rel=1e-5)
+    assert with_term - without_term == pytest.approx(100.0 * parts["invariance_hsic"], rel=1e-3)
+
+
 def test_other_datasets_are_refused():
     with pytest.raises(ScenarioError, match=r"data\.dataset"):
         scenario(data={"dataset": "wine"})

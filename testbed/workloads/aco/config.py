@@ -12,12 +12,13 @@ from testbed.errors import ScenarioError
 if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
-Policy = Literal["aco", "greedy", "random"]
+Policy = Literal["aco", "greedy", "greedy_budget", "random"]
 
 
 def _default_baselines() -> list[Policy]:  # a named factory: mypy infers a lambda's list as list[str]
     return ["greedy", "random"]
-POLICIES = ("aco", "greedy", "random")  # the canonical order: random needs ACO's budgets first
+POLICIES = ("aco", "greedy", "greedy_budget", "random")  # the canonical order: the last two need ACO's budgets first
+MATCHED = ("greedy_budget", "random")  # the policies that acquire as many features as ACO on each instance
 
 
 class ACOConfig(StrictModel):
@@ -32,7 +33,9 @@ class ACOConfig(StrictModel):
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(128, gt=0)
     policy: Policy = "aco"
-    baselines: list[Policy] = Field(default_factory=_default_baselines)
+    baselines: list[Policy] = Field(default_factory=_default_baselines, description=(
+        "greedy: one-feature candidates, stops when none pays; greedy_budget: greedy's choices without its stop, "
+        "as many features as ACO on each instance; random: random order, ACO's budget"))
     cost: float = Field(0.05, ge=0, description="alpha: cost of acquiring one feature")
     neighbours: int = Field(20, gt=0, description="k nearest training instances of the estimator")
     exhaustive_up_to: int = Field(10, ge=0, le=14, description="enumerate all subsets up to this many unobserved")
@@ -54,13 +57,15 @@ class ACOConfig(StrictModel):
 
 
 def check(config: ACOConfig, data: DataConfig) -> None:
-    """Parity's informative features must exist, random needs ACO, ``tabular`` needs tabular data."""
+    """Parity's informative features must exist, the matched-budget policies need ACO, and ``tabular``
+    needs tabular data."""
     if config.source == "parity" and config.informative > config.num_features:
         raise ScenarioError(f"workload.informative: {config.informative} informative features need "
                             f"num_features >= {config.informative} (got {config.num_features})")
-    if "random" in config.policies and "aco" not in config.policies:
-        raise ScenarioError("workload.baselines: 'random' acquires as many features as ACO did on the same "
-                            "instance, so 'aco' must be the policy or a baseline")
+    for matched in MATCHED:
+        if matched in config.policies and "aco" not in config.policies:
+            raise ScenarioError(f"workload.baselines: '{matched}' acquires as many features as ACO did on the same "
+                                "instance, so 'aco' must be the policy or a baseline")
     if config.source == "tabular":
         from testbed.data import load_selected
 

@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from testbed.data import Dataset
-from testbed.workloads.aco.config import POLICIES
+from testbed.workloads.aco.config import MATCHED, POLICIES
 from testbed.workloads.aco.masked import MaskedClassifier
 from testbed.workloads.aco.policy import (
     AcquisitionSettings,
@@ -48,16 +48,17 @@ def score_masks(model: MaskedClassifier, x: torch.Tensor, y: torch.Tensor, masks
 
 def run_policies(model: MaskedClassifier, train: Dataset, test: Dataset, names: list[str],
                  settings: AcquisitionSettings, instances: int, generator: torch.Generator) -> dict[str, PolicyOutcome]:
-    """Roll out each named policy on the first ``instances`` test points; ACO first if random needs its budgets."""
+    """Roll out each named policy on the first ``instances`` test points; ACO first, as the matched-budget
+    policies (random, greedy_budget) acquire as many features as it did on each instance."""
     model.eval()
     x_test, y_test = torch.from_numpy(test.x[:instances]), torch.from_numpy(test.y[:instances])
     tie_order = torch.randperm(len(train.y), generator=generator)
     oracle = NeighbourOracle(model, torch.from_numpy(train.x), torch.from_numpy(train.y), settings, tie_order)
     choosers = {"aco": aco_chooser(oracle, generator), "greedy": greedy_chooser(oracle),
-                "random": random_chooser(generator)}
+                "greedy_budget": greedy_chooser(oracle, stop=False), "random": random_chooser(generator)}
     outcomes: dict[str, PolicyOutcome] = {}
     for name in sorted(names, key=POLICIES.index):
-        budgets = [int(b) for b in outcomes["aco"].masks.sum(axis=1)] if name == "random" else [None] * len(y_test)
+        budgets = [int(b) for b in outcomes["aco"].masks.sum(axis=1)] if name in MATCHED else [None] * len(y_test)
         masks = torch.zeros(x_test.shape, dtype=torch.bool)
         for row, (x, budget) in enumerate(zip(x_test, budgets)):
             masks[row, rollout(choosers[name], x, budget)] = True

@@ -13,6 +13,9 @@ of ``u*`` it acquires the one whose single addition has the lowest estimated los
 
 Greedy (the baseline) uses the same estimator but only candidates ``u`` of one feature: it stops
 as soon as no single feature pays for its cost, so jointly-informative features defeat it.
+Greedy at ACO's budget (``greedy_budget``, an ablation) makes greedy's one-feature choice without
+its stopping rule, until it holds as many features as ACO acquired on the same instance: it
+separates what ACO gains by buying more features from what it gains by choosing them jointly.
 Random acquires features in random order, as many as ACO acquired on the same instance.
 """
 
@@ -128,13 +131,18 @@ def aco_chooser(oracle: NeighbourOracle, generator: torch.Generator) -> Chooser:
     return choose
 
 
-def greedy_chooser(oracle: NeighbourOracle) -> Chooser:
-    """Greedy: the single feature with the lowest estimated loss + cost, or stop if none beats stopping."""
+def greedy_chooser(oracle: NeighbourOracle, stop: bool = True) -> Chooser:
+    """Greedy: the single feature with the lowest estimated loss + cost, or stop if none beats stopping.
+
+    ``stop=False``: never stop (the rollout's budget decides when to), the matched-budget ablation.
+    """
 
     @first_choice_shared
     def choose(x: torch.Tensor, observed: torch.Tensor) -> int | None:
-        candidates = torch.cat([observed[None], one_more(observed)])
-        best = int(torch.argmin(oracle.scores(x, observed, candidates)))
+        singles = one_more(observed)
+        if not stop:
+            return int(torch.nonzero(~observed).flatten()[int(torch.argmin(oracle.scores(x, observed, singles)))])
+        best = int(torch.argmin(oracle.scores(x, observed, torch.cat([observed[None], singles]))))
         return None if best == 0 else int(torch.nonzero(~observed).flatten()[best - 1])
 
     return choose

@@ -47,7 +47,7 @@ class OodConfig(StrictModel):
     threats: list[Threat] = Field(default_factory=_all_threats)
     linf_large_scale: float = Field(1.5, gt=1, description="linf_large budget = scale * epsilon")
     l2_epsilon: float = Field(0.5, gt=0)
-    rotation_degrees: float = Field(15.0, gt=0, le=180)
+    rotation_degrees: float = Field(20.0, gt=0, le=180, description="rotation threat: worst angle in ±degrees")
     patch_size: int = Field(1, gt=0, description="side of the adversarial square patch, pixels")
     eval_size: int = Field(300, gt=0, description="test samples evaluated (the first ones of the split)")
 

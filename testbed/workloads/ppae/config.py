@@ -33,6 +33,12 @@ class PPAEConfig(StrictModel):
     inject_frac: float = Field(0.4, ge=0, le=1, description="share of the steps that use the source's maps")
     global_frac: float = Field(0.2, ge=0, lt=1, description="share of the last steps run without the local blend")
     threshold: float = Field(0.5, gt=0, le=1, description="mask threshold, as a share of the map's maximum")
+    blend: bool = Field(True, description=(
+        "ppae: the local blend (frames outside the mask reset to the source's latent); false: the ablation "
+        "without it, attention injection only"))
+    mask: Literal["attention", "oracle"] = Field("attention", description=(
+        "ppae: the blend's mask: the edited word's thresholded cross-attention, or (ablation) the true frames "
+        "of the edited event"))
     sdedit_strength: float = Field(0.6, gt=0, le=1, description="sdedit: noise level t0 / T")
 
 
@@ -45,6 +51,12 @@ def check(config: PPAEConfig, data: DataConfig) -> None:
         raise ScenarioError(f"workload.batch_size: {config.batch_size} exceeds train_clips {config.train_clips}")
     if config.hidden % config.heads:
         raise ScenarioError(f"workload.heads: {config.heads} does not divide hidden {config.hidden}")
+    for field, value, default in (("blend", config.blend, True), ("mask", config.mask, "attention")):
+        if value != default and config.variant != "ppae":
+            raise ScenarioError(f"workload.{field}: {value} is an ablation of the local blend; variant "
+                                f"'{config.variant}' has none")
+    if config.mask == "oracle" and not config.blend:
+        raise ScenarioError("workload.mask: oracle replaces the local blend's mask, and blend: false has none")
     if config.operation == "reweight" and config.variant != "ppae":
         raise ScenarioError(f"workload.operation: reweight is an attention edit; variant '{config.variant}' "
                             "has no attention control")

@@ -9,6 +9,8 @@ PPAE (Xu et al., ICML 2024), in the order of its pipeline:
 4. the local edit: after every step z* <- m z* + (1 - m) z_src (z_src: the inversion's latent at
    that noise level), so frames outside m stay the source's; then the global pass: the last
    ``global_frac`` of the steps run without blending, to smooth the seams.
+Ablations of step 4 (`ppae_edit`'s ``blend`` and ``mask``): no local blend at all (injection only),
+or the blend with a given mask (the true event's frames: the oracle) instead of the estimated one.
 Baselines: ``regenerate`` (DDIM from the same inverted noise under P*, no control) and ``sdedit``
 (noise the source to ``strength`` T, denoise under P*).
 """
@@ -84,15 +86,19 @@ def denoise(model: Denoiser, x: torch.Tensor, caption: torch.Tensor, abar: torch
 def ppae_edit(model: Denoiser, x0: torch.Tensor, source: torch.Tensor, target: torch.Tensor,
               position: torch.Tensor, abar: torch.Tensor, timesteps: list[int], *, inject_frac: float,
               global_frac: float, threshold: float, scale: float = 1.0,
-              inverted: tuple[dict, dict] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              inverted: tuple[dict, dict] | None = None, blend: bool = True,
+              mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The hierarchical local-global edit of ``x0`` from caption ``source`` to ``target``: (edited, mask).
 
     ``scale`` != 1 reweights the edited token's map (Prompt-to-Prompt's reweighting; with
     ``target`` = ``source`` this amplifies or attenuates the event in place). ``inverted``: the
-    result of `invert` on ``x0`` and ``source``, when the caller has it already.
+    result of `invert` on ``x0`` and ``source``, when the caller has it already. Ablations:
+    ``blend=False`` skips the local blend (the returned mask is then the one it would have used);
+    ``mask`` (``[B, frames]``, 0/1) replaces the attention mask in the blend.
     """
     latents, maps = inverted if inverted is not None else invert(model, x0, source, abar, timesteps)
-    mask, _ = attention_mask(maps, position, threshold)
+    if mask is None:
+        mask, _ = attention_mask(maps, position, threshold)
     keep = mask[..., None]
     count, x = len(timesteps), latents[timesteps[0]]
     weight = None
@@ -105,7 +111,7 @@ def ppae_edit(model: Denoiser, x0: torch.Tensor, source: torch.Tensor, target: t
         eps = model(x, torch.full((len(x),), t), target)
         following = timesteps[i + 1] if i + 1 < count else None
         x = ddim_step(x, eps, abar[t], _share(abar, following))
-        if i < (1 - global_frac) * count:  # local stage: outside the mask, the source's own latent
+        if blend and i < (1 - global_frac) * count:  # local stage: outside the mask, the source's own latent
             x = keep * x + (1 - keep) * (latents[following] if following is not None else x0)
     model.control = None
     return x, mask

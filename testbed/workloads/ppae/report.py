@@ -26,13 +26,19 @@ def _span(ax, frames: np.ndarray, colour: str, label: str, y: float) -> None:
 
 
 class EditSection(ArraySection):
-    """Source and edited spectrograms with the true event (green) and the attention mask (cyan)."""
+    """Source and edited spectrograms with the true event (green) and the blend's mask (cyan: the attention mask,
+    or the true frames with ``mask: oracle``)."""
 
     title = "Edits: source and result, true event and attention mask"
     requires = ("source", "edited", "truth", "mask", "source_caption", "target_caption")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        variant = data.config.get("workload", {}).get("variant", "ppae")
+        workload = data.config.get("workload", {})
+        variant = workload.get("variant", "ppae")
+        if workload.get("blend") is False:
+            variant += " (no blend)"
+        elif workload.get("mask") == "oracle":
+            variant += " (oracle mask)"
         count = len(arrays["source"])
         fig, axes = plt.subplots(2, count, figsize=(2.8 * count, 5.4), dpi=100, squeeze=False)
         for j in range(count):

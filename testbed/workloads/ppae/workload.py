@@ -5,9 +5,12 @@ Training fits a small text-conditioned audio diffusion model on synthetic clips 
 event's word in the caption for an event that is not in the clip, with ``variant: ppae`` (attention
 injection, attention mask, local then global denoising), ``regenerate`` (the edited caption from the
 same inverted noise) or ``sdedit`` (partial noising). The data are the workload's own synthetic
-clips (`ppae.data`), so ``data.dataset`` is ignored.
+clips (`ppae.data`), so ``data.dataset`` is ignored. Ablations of PPAE's local blend:
+``blend: false`` (attention injection only) and ``mask: oracle`` (the blend with the edited event's
+true frames instead of the attention mask).
 
-Example: ``testbed run scenarios/workloads/ppae.yaml --set workload.variant=sdedit``.
+Example: ``testbed run scenarios/workloads/ppae.yaml --set workload.variant=sdedit``;
+``testbed run scenarios/workloads/ppae.yaml --no-sweep --set workload.blend=false``.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ class PPAEWorkload(Workload):
         return editing.invert(self.model, self.test_set.features, self.test_set.captions, self.abar, self.timesteps)
 
     def edit(self, variant: str, inverted: tuple[dict, dict]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every held-out clip edited by ``variant``: (edited features, the attention mask of the edit)."""
+        """Every held-out clip edited by ``variant``: (edited features, the mask of the edit: the attention
+        mask, or with ``mask: oracle`` the edited event's true frames)."""
         cfg, x0, source, edits = self.config, self.test_set.features, self.test_set.captions, self.edits
         latents, maps = inverted
         mask, _ = editing.attention_mask(maps, edits["position"], cfg.threshold)
@@ -112,7 +116,8 @@ class PPAEWorkload(Workload):
         scale = cfg.reweight_scale if cfg.operation == "reweight" else 1.0
         return editing.ppae_edit(self.model, x0, source, edits["target"], edits["position"], self.abar,
                                  self.timesteps, inject_frac=cfg.inject_frac, global_frac=cfg.global_frac,
-                                 threshold=cfg.threshold, scale=scale, inverted=inverted)
+                                 threshold=cfg.threshold, scale=scale, inverted=inverted, blend=cfg.blend,
+                                 mask=edits["truth"] if cfg.mask == "oracle" else None)
 
     def localisation(self, maps: dict) -> dict[str, float]:
         """IoU of the attention mask with the edited event, and of the other caption token's mask (ablation)."""
