@@ -136,19 +136,18 @@ def _lag_matrices(walk: np.ndarray, steps: int, rounds: int, gamma: float, recei
 def walk_local_unit_rho(n: int, steps: int, cap: int, sensitivity: float, keep: int | None = None) -> UnitRho:
     """The random walk accounted as local DP: each of a node's min(cap, t) releases is public, so every
     pair is at the ceiling min(cap, t) Delta^2 / 2 (the bound holds whoever starts the walk)."""
-    local = np.minimum(cap, np.arange(steps + 1)) * sensitivity**2 / 2.0
-    pair = np.tile(np.array([0, 1]), (steps + 1, 1))
-    matrix = None
-    if keep is not None:
-        matrix = np.full((n, n), local[keep])
-        np.fill_diagonal(matrix, 0.0)
-    return UnitRho(local.copy(), pair, local, matrix, order_limited=False)
+    return _public_releases(n, np.minimum(cap, np.arange(steps + 1)), sensitivity, keep)
 
 
 def local_dp_unit_rho(n: int, steps: int, sensitivity: float, keep: int | None = None) -> UnitRho:
     """Local DP: every pair at k Delta^2 / 2 after k iterations."""
-    local = np.arange(steps + 1) * sensitivity**2 / 2.0
-    pair = np.tile(np.array([0, 1]), (steps + 1, 1))
+    return _public_releases(n, np.arange(steps + 1), sensitivity, keep)
+
+
+def _public_releases(n: int, releases: np.ndarray, sensitivity: float, keep: int | None) -> UnitRho:
+    """Every pair at releases[t] Delta^2 / 2: each release seen by everyone, composed."""
+    local = releases * sensitivity**2 / 2.0
+    pair = np.tile(np.array([0, 1]), (len(releases), 1))
     matrix = None
     if keep is not None:
         matrix = np.full((n, n), local[keep])
