@@ -120,7 +120,12 @@ def down(timeout_s: float = 60.0) -> dict[str, Any] | None:
 
 
 def _stop_keeper(pid: int, timeout_s: float = 60.0) -> None:
-    """SIGTERM the keeper (it shuts the nodes down), then SIGKILL its process group if it lingers."""
+    """SIGTERM the keeper (it shuts the nodes down), then SIGKILL its process group if it lingers.
+
+    Returns only when every process the keeper had started is gone: a Ray worker can still be
+    exiting when the keeper has, and one that left the group would outlive a plain `killpg`.
+    """
+    descendants = _descendants(pid)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -133,6 +138,29 @@ def _stop_keeper(pid: int, timeout_s: float = 60.0) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     _reap(pid)
+    _kill_survivors(descendants)
+
+
+def _descendants(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def _kill_survivors(processes: list[Any], grace_s: float = 10.0) -> None:
+    """Wait ``grace_s`` for ``processes`` to exit, then SIGKILL (and wait for) any still running."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def _reap(pid: int) -> None:
