@@ -98,7 +98,10 @@ def _value_at(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return node.get("name", str(node)) if isinstance(node, dict) else node
+    if isinstance(node, dict):
+        return node.get("name", str(node))
+    # A grid may vary a list-valued key; the value must be hashable to group variants by it.
+    return str(node) if isinstance(node, list) else node
 
 
 def _groups(variants: dict[str, dict[str, Any]], keys: list[str]) -> dict[tuple, list[dict[str, Any]]]:

@@ -111,3 +111,16 @@ def test_the_report_compares_chosen_headline_or_shared_workload_metrics():
     assert compared_metrics(workload, ["test_kl"]) == ["test_kl"]
     classifier = {"a": done(test_accuracy=0.9, test_loss=0.3, train_s=1.0)}
     assert compared_metrics(classifier, []) == ["test_accuracy", "test_loss"]
+
+
+def test_the_report_groups_seeds_of_a_grid_that_varies_a_list_valued_key():
+    from testbed.report.sweep import _group_table
+
+    def done(seed: int, steps: list[int], mse: float) -> dict:
+        return {"status": "completed", "config": {"seed": seed, "workload": {"fd_steps": steps}},
+                "final_metrics": {"test_mse": mse}}
+
+    variants = {"a": done(0, [2, 4], 0.1), "b": done(1, [2, 4], 0.3), "c": done(0, [8], 0.5)}
+    table = _group_table(variants, ["workload.fd_steps", "seed"], ["test_mse"])
+    # one row per list value, the two seeds of [2, 4] folded into one mean
+    assert "[2, 4]" in table and "[8]" in table and "0.2" in table
