@@ -21,16 +21,19 @@ import numpy as np
 from . import real_graphs
 from ._checks import finish_graph, require_int, require_prob
 from .errors import TopologyError
+from .symmetry import record_group
 
 
 def complete(*, n: int, seed: int = 0) -> nx.Graph:
     """Complete graph K_n: every pair of nodes is an edge."""
-    return finish_graph(nx.complete_graph(require_int("n", n, 2)), "complete")
+    n = require_int("n", n, 2)
+    return record_group(finish_graph(nx.complete_graph(n), "complete"), "cyclic", (n,))
 
 
 def ring(*, n: int, seed: int = 0) -> nx.Graph:
     """Cycle C_n (n >= 3): node i is linked to i-1 and i+1 mod n."""
-    return finish_graph(nx.cycle_graph(require_int("n", n, 3)), "ring")
+    n = require_int("n", n, 3)
+    return record_group(finish_graph(nx.cycle_graph(n), "ring"), "cyclic", (n,))
 
 
 def grid(*, rows: int, cols: int, periodic: bool = False, seed: int = 0) -> nx.Graph:
@@ -43,8 +46,9 @@ def grid(*, rows: int, cols: int, periodic: bool = False, seed: int = 0) -> nx.G
     r, c = require_int("rows", rows, low), require_int("cols", cols, low)
     if r * c < 2:
         raise TopologyError(f"graph 'grid' needs at least 2 nodes (got {r}x{c})")
-    lattice = nx.grid_2d_graph(r, c, periodic=periodic)
-    return finish_graph(lattice, "torus" if periodic else "grid", ordering="sorted")
+    lattice = finish_graph(nx.grid_2d_graph(r, c, periodic=periodic), "torus" if periodic else "grid",
+                           ordering="sorted")
+    return record_group(lattice, "cyclic", (r, c)) if periodic else lattice
 
 
 def torus(*, rows: int, cols: int, seed: int = 0) -> nx.Graph:
@@ -54,8 +58,15 @@ def torus(*, rows: int, cols: int, seed: int = 0) -> nx.Graph:
 
 def hypercube(*, dim: int, seed: int = 0) -> nx.Graph:
     """Hypercube Q_dim on 2**dim nodes; node i and j are linked iff their bits differ once."""
-    cube = nx.hypercube_graph(require_int("dim", dim, 1))
-    return finish_graph(cube, "hypercube", ordering="sorted")
+    dim = require_int("dim", dim, 1)
+    # Built on integers (node i's bits are the binary digits of i, so XOR is the group), not with
+    # nx.hypercube_graph, whose graph product and relabelling take seconds at dim 11. Same nodes,
+    # edges and "label" (the bit tuple, first bit most significant) as that graph sorted.
+    nodes = np.arange(2**dim)
+    cube = nx.Graph()
+    cube.add_nodes_from((int(i), {"label": tuple(int(b) for b in np.binary_repr(i, dim))}) for i in nodes)
+    cube.add_edges_from((int(i), int(i | 1 << k)) for k in range(dim) for i in nodes[(nodes >> k) & 1 == 0])
+    return record_group(finish_graph(cube, "hypercube"), "xor", (2**dim,))
 
 
 def exponential(*, n: int, seed: int = 0) -> nx.Graph:

@@ -30,6 +30,7 @@ from testbed.errors import ScenarioError
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree
 from testbed.topologies import epsilon_by_distance
+from testbed.topologies.symmetry import row_symmetry
 
 
 def sensitivity(config: DecentralizedConfig) -> float:
@@ -64,7 +65,7 @@ def _unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None) -> pr
     if settings.algorithm == "random_walk" and config.random_walk.accounting == "local":
         return privacy.walk_local_unit_rho(problem.n, planned, cap, delta_c, keep)
     if settings.algorithm == "random_walk":
-        return privacy.walk_unit_rho(walk, planned, cap, delta_c, keep)
+        return privacy.walk_unit_rho(walk, planned, cap, delta_c, keep, row_symmetry(problem.graph, walk))
     if settings.algorithm == "gossip":
         return privacy.gossip_unit_rho(walk, planned, rounds, gamma, delta_c, keep)
     return privacy.local_dp_unit_rho(problem.n, planned, delta_c, keep)

@@ -8,6 +8,7 @@ are identical everywhere without being shipped around.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
@@ -55,10 +56,24 @@ class Phase:
         return self.args.sigma * self.clip
 
 
+_GAPS: dict[tuple[tuple[int, ...], str], float] = {}
+
+
+def _spectral_gap(walk: np.ndarray) -> float:
+    """`spectral_gap`, remembered per walk: a dense eigendecomposition that every phase of a run
+    (and every variant a sweep validates) would otherwise repeat."""
+    key = (walk.shape, hashlib.sha256(np.ascontiguousarray(walk).tobytes()).hexdigest())
+    if key not in _GAPS:
+        if len(_GAPS) >= 4:
+            _GAPS.pop(next(iter(_GAPS)))
+        _GAPS[key] = spectral_gap(walk)
+    return _GAPS[key]
+
+
 def muffliato_rounds(walk: np.ndarray, sigma: float, accelerated: bool) -> int:
     """Gossip rounds per averaging: ceil(gap^-1/2 ln(n max(1/4, sigma^2)/sigma^2)) accelerated,
     gap^-1 instead of gap^-1/2 otherwise (Muffliato's released code, `graphutils.T_mix`)."""
-    gap, n = spectral_gap(walk), walk.shape[0]
+    gap, n = _spectral_gap(walk), walk.shape[0]
     scale = 1.0 / math.sqrt(gap) if accelerated else 1.0 / gap
     return max(1, math.ceil(scale * math.log(n * max(0.25, sigma**2) / sigma**2)))
 
@@ -66,7 +81,7 @@ def muffliato_rounds(walk: np.ndarray, sigma: float, accelerated: bool) -> int:
 def chebyshev_momentum(walk: np.ndarray) -> float:
     """gamma = 2 (1 - sqrt(g (1 - g/4))) / (1 - g/2)^2 with g the spectral gap: the momentum of
     Muffliato's accelerated gossip (`gamma_tcheb` in its released code)."""
-    gap = spectral_gap(walk)
+    gap = _spectral_gap(walk)
     return 2.0 * (1.0 - math.sqrt(gap * (1.0 - gap / 4.0))) / (1.0 - gap / 2.0) ** 2
 
 
@@ -89,6 +104,10 @@ def structure(config: DecentralizedConfig, walk: np.ndarray, planned: int) -> tu
     n = walk.shape[0]
     cap = config.random_walk.contributions_cap or math.ceil(config.random_walk.cap_factor * planned / n)
     accelerated = config.gossip.accelerated
+    if "gossip" not in config.algorithms:
+        # Only gossip uses rounds and momentum; their spectral gap is a dense eigendecomposition
+        # (seconds at n = 2048), which a walk-only scenario should not pay for.
+        return cap, config.gossip.rounds or 1, 1.0
     # sigma = 1 makes the default ln(n)/gap^p: it must not depend on a sigma calibrated from it.
     rounds = config.gossip.rounds or muffliato_rounds(walk, 1.0, accelerated)
     gamma = chebyshev_momentum(walk) if accelerated else 1.0

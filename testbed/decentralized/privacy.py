@@ -35,6 +35,7 @@ from scipy.optimize import brentq
 
 from testbed.decentralized.audit import message_polynomials, senders
 from testbed.topologies import linear_rdp_to_dp, max_valid_order
+from testbed.topologies.symmetry import Difference, full_matrix
 
 
 @dataclass
@@ -84,8 +85,15 @@ def _collect(steps: int, matrices, local: np.ndarray, keep: int | None, order_li
     return UnitRho(maximum, pair, local, kept, order_limited)
 
 
-def walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, keep: int | None = None) -> UnitRho:
-    """Random-walk unit rho (module docstring) for t = 0..steps."""
+def walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, keep: int | None = None,
+                  difference: Difference | None = None) -> UnitRho:
+    """Random-walk unit rho (module docstring) for t = 0..steps.
+
+    With ``difference`` (the walk is translation-invariant, `topologies.symmetry.row_symmetry`)
+    only node 0's row is followed: rho[u, v] = rho[0, v - u], the same numbers to rounding.
+    """
+    if difference is not None:
+        return _translated_walk_unit_rho(walk, steps, cap, sensitivity, keep, difference)
     n = walk.shape[0]
     transposed = sp.csr_array(walk).T.tocsr()
     contributions = np.minimum(cap, np.arange(steps + 1))
@@ -102,6 +110,32 @@ def walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, ke
 
     local = contributions * sensitivity**2 / 2.0
     return _collect(steps, matrices(), local, keep, order_limited=True)
+
+
+def _translated_walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, keep: int | None,
+                              difference: Difference) -> UnitRho:
+    """`walk_unit_rho` from the row of node 0: O(edges) a step instead of O(n * edges).
+
+    By the symmetry every row is a permutation of row 0, so the largest off-diagonal entry of the
+    matrix is the largest of row 0 off node 0, and its pair (0, v) is the first in row-major order.
+    """
+    n = walk.shape[0]
+    transposed = sp.csr_array(walk).T.tocsr()
+    contributions = np.minimum(cap, np.arange(steps + 1))
+    maximum, pair, kept = np.zeros(steps + 1), np.zeros((steps + 1, 2), dtype=np.int64), None
+    row, total = np.zeros(n), np.zeros(n)
+    row[0] = 1.0
+    for t in range(1, steps + 1):
+        row = transposed @ row  # e_0^T W^t, as a column
+        total += row / t
+        scale = contributions[t] * sensitivity**2
+        v = 1 + int(np.argmax(total[1:]))
+        maximum[t], pair[t] = scale * total[v], (0, v)
+        if t == keep:
+            kept = scale * full_matrix(total, difference)
+            break
+    local = contributions * sensitivity**2 / 2.0
+    return UnitRho(maximum, pair, local, kept, order_limited=True)
 
 
 def gossip_unit_rho(walk: np.ndarray, steps: int, rounds: int, gamma: float, sensitivity: float,

@@ -19,6 +19,7 @@ from testbed.decentralized.privacy import (
     walk_unit_rho,
 )
 from testbed.topologies import build_graph, gossip_pndp, metropolis_hastings, random_walk_pndp
+from testbed.topologies.symmetry import row_symmetry
 
 OFF = ~np.eye(16, dtype=bool)
 
@@ -170,3 +171,33 @@ def test_a_walk_scenario_with_local_accounting_is_calibrated_to_more_noise(cli, 
         sigmas[accounting] = json.loads((tmp_path / accounting / "summary.json").read_text())[
             "final_metrics"]["random_walk.sigma"]
     assert sigmas["local"] > sigmas["network"]
+
+
+@pytest.mark.parametrize(("name", "params"), [("hypercube", {"dim": 4}), ("torus", {"rows": 3, "cols": 4})])
+def test_the_walk_accountant_from_one_row_gives_the_dense_numbers(name, params):
+    graph = build_graph(name, **params)
+    w = metropolis_hastings(graph)
+    difference = row_symmetry(graph, w)
+    assert difference is not None
+
+    dense = walk_unit_rho(w, steps=80, cap=7, sensitivity=2.0, keep=80)
+    row = walk_unit_rho(w, steps=80, cap=7, sensitivity=2.0, keep=80, difference=difference)
+
+    np.testing.assert_allclose(row.matrix, dense.matrix, rtol=1e-12)
+    np.testing.assert_allclose(row.maximum, dense.maximum, rtol=1e-12)
+    # ties (all neighbours of a hypercube node) may pick another pair, never a smaller value
+    np.testing.assert_allclose(dense.matrix[row.pair[80][0], row.pair[80][1]], dense.maximum[80], rtol=1e-12)
+
+
+def test_the_run_accounts_a_hypercube_walk_from_one_row(monkeypatch, tiny_scenario):
+    from testbed.decentralized import driver, privacy
+    from testbed.decentralized.problem import build_problem
+
+    seen = []
+    original = privacy.walk_unit_rho
+    monkeypatch.setattr(privacy, "walk_unit_rho", lambda *a: seen.append(a[-1]) or original(*a))
+    problem = build_problem(tiny_scenario, with_data=False)
+    config = problem.config
+    driver._UNIT_RHO_CACHE.clear()
+    driver.unit_rho(problem, config.phase("random_walk"))
+    assert problem.graph.graph["name"] == "hypercube" and seen and seen[0] is not None
