@@ -1,7 +1,8 @@
 """The ``testbed`` command line.
 
     testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet] [--no-sweep]
-    testbed validate FILE... [--set KEY=VALUE ...]
+    testbed validate FILE... [--set KEY=VALUE ...] [--no-sweep]
+    testbed --version
     testbed resume RUN_DIR [--quiet]
     testbed report RUN_DIR
     testbed list [workloads|strategies|attacks|topologies|scenarios|papers]
@@ -28,6 +29,7 @@ LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios", "pa
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description="Run distributed-ML scenarios from YAML files.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a scenario file and write a run folder with a report")
@@ -43,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", help="scenario YAML files")
     validate.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                           help="override applied to every file before checking")
+    validate.add_argument("--no-sweep", action="store_true",
+                          help="check each scenario as `run --no-sweep` would run it: once, ignoring its sweep: block")
 
     resume = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint")
     resume.add_argument("run_dir", type=Path)
@@ -80,20 +84,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from testbed.loading import load_raw, validate_raw
     from testbed.sweep import run_sweep
 
-    raw = load_raw(args.file, args.overrides)
-    if args.no_sweep:
-        # The base scenario of a sweep file is a complete scenario of its own: one file serves
-        # both the quick single run and its multi-seed sweep.
-        raw.pop("sweep", None)
-        raw.pop("claims", None)  # its arms are the sweep's variants
+    raw = _without_sweep(load_raw(args.file, args.overrides)) if args.no_sweep else load_raw(args.file, args.overrides)
     scenario = validate_raw(raw, args.file, args.overrides)
     if scenario.sweep is not None:
-        run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet)
+        run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet,
+                        overrides=args.overrides)
         _print_sweep_outcome(run)
     else:
-        run = start_run(scenario, args.file, args.run_dir, args.quiet)
+        run = start_run(scenario, args.file, args.run_dir, args.quiet, args.overrides)
     print(f"report: {run.report_dir / 'index.html'}")
     return 0
+
+
+def _without_sweep(raw: dict) -> dict:
+    # The base scenario of a sweep file is a complete scenario of its own: one file serves
+    # both the quick single run and its multi-seed sweep.
+    raw.pop("sweep", None)
+    raw.pop("claims", None)  # its arms are the sweep's variants
+    return raw
+
+
+def _version() -> str:
+    import importlib.metadata
+
+    from testbed.provenance import source_commit
+
+    commit = source_commit()
+    return f"testbed {importlib.metadata.version('testbed')}" + (f" (commit {commit})" if commit else "")
 
 
 def _print_sweep_outcome(run) -> None:
@@ -120,12 +137,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from testbed.loading import load_raw, load_scenario
+    from testbed.loading import load_raw, load_scenario, validate_raw
     from testbed.sweep import expand_variants
     from testbed.validation import preflight
 
     for file in args.files:
-        scenario = load_scenario(file, args.overrides)
+        if args.no_sweep:
+            scenario = validate_raw(_without_sweep(load_raw(file, args.overrides)), file, args.overrides)
+        else:
+            scenario = load_scenario(file, args.overrides)
         preflight(scenario, file)
         if scenario.sweep is not None:
             variants = expand_variants(load_raw(file, args.overrides), file)

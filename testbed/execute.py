@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import platform
 import shutil
-import subprocess
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from testbed.errors import ResumableFailure, RunInterrupted, UserError
 from testbed.faults import maybe_kill
 from testbed.loading import validate_raw
 from testbed.progress import ProgressReporter, progress_enabled
+from testbed.provenance import provenance, source_commit
 from testbed.report.render import render_report
 from testbed.run import RunFolder
 from testbed.runner import RunContext
@@ -32,10 +32,11 @@ def default_run_dir(scenario: Scenario) -> Path:
     return Path("runs") / f"{scenario.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quiet: bool = False) -> RunFolder:
-    """Validate, create the run folder and run the scenario to the end."""
+def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quiet: bool = False,
+              overrides: Sequence[str] = ()) -> RunFolder:
+    """Validate, create the run folder (recording the ``--set`` ``overrides``) and run the scenario to the end."""
     preflight(scenario, source)
-    run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"))
+    run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"), overrides)
     try:
         _execute(scenario, run, quiet, source)
     except ResumableFailure:
@@ -74,7 +75,7 @@ def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
 
 def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> None:
     runner = kinds.runner(scenario.kind)
-    trackers = open_trackers(list(scenario.report.trackers), run, scenario.name)
+    trackers = open_trackers(list(scenario.report.trackers), run, run.title())
 
     def log_metrics(record: dict[str, Any]) -> None:
         run.append_metrics(record)
@@ -88,16 +89,18 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> No
             ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics, source)
             final = runner.run(ctx)
             engine_info = engine.describe()
+        run.write_summary({
+            "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
+            "final_metrics": final, "engine": engine_info,
+            "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
+            "source": provenance(run, source), "versions": _versions(),
+        })
+        report = report_run(run)
+        for tracker in trackers:
+            tracker.finish(final, report.parent)
     finally:
         for tracker in trackers:
             tracker.close()
-    run.write_summary({
-        "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
-        "final_metrics": final, "engine": engine_info,
-        "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
-        "versions": _versions(),
-    })
-    report_run(run)
 
 
 def report_run(run: RunFolder) -> Path:
@@ -119,22 +122,3 @@ def _versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
-
-
-@functools.cache
-def source_commit() -> str | None:
-    """The commit of the testbed checkout that runs (``+dirty`` with uncommitted changes to tracked
-    files), or None for an installed package: the reproduction tables say which code gave a number."""
-    repo = Path(__file__).resolve().parent.parent
-    if not (repo / ".git").exists():
-        return None
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

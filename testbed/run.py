@@ -3,9 +3,10 @@
 Layout of a run folder::
 
     config.yaml      the scenario as resolved (overrides applied); `resume` reads it back
+    overrides.yaml   the command line's ``--set KEY=VALUE`` overrides, in order (as Hydra keeps them)
     metrics.jsonl    one JSON record per round or evaluation step, appended and fsynced
     checkpoints/     ckpt-<step>.pt, written atomically; the two newest are kept
-    summary.json     final metrics, timings, seed, versions; present only once the run completed
+    summary.json     final metrics, timings, seed, versions, source (file, overrides, commit); once completed
     artifacts.npz    arrays a workload leaves for its report (samples, trajectories, ...)
     report/          index.html and its PNG plots
     .lock            the writer's lock (below)
@@ -33,7 +34,7 @@ import pickle
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -166,6 +167,7 @@ class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.config_path = self.path / "config.yaml"
+        self.overrides_path = self.path / "overrides.yaml"
         self.metrics_path = self.path / "metrics.jsonl"
         self.summary_path = self.path / "summary.json"
         self.checkpoint_dir = self.path / "checkpoints"
@@ -176,7 +178,7 @@ class RunFolder:
         self._lock: weakref.finalize | None = None
 
     @classmethod
-    def create(cls, path: str | Path, resolved_config: dict[str, Any]) -> RunFolder:
+    def create(cls, path: str | Path, resolved_config: dict[str, Any], overrides: Sequence[str] = ()) -> RunFolder:
         """Make a new run folder; an existing non-empty folder is refused."""
         run = cls(path)
         if run.path.exists() and not run.path.is_dir():
@@ -189,6 +191,7 @@ class RunFolder:
             run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             run.lock()
             atomic_write(run.config_path, yaml.safe_dump(resolved_config, sort_keys=False).encode())
+            atomic_write(run.overrides_path, yaml.safe_dump(list(overrides)).encode())
             run.metrics_path.touch()
         return run
 
@@ -218,6 +221,18 @@ class RunFolder:
     @property
     def completed(self) -> bool:
         return self.summary_path.is_file()
+
+    def read_overrides(self) -> list[str]:
+        """The ``--set`` overrides the run was started with (none for folders made before they were kept)."""
+        if not self.overrides_path.is_file():
+            return []
+        return [str(o) for o in yaml.safe_load(self.overrides_path.read_text()) or []]
+
+    def title(self) -> str:
+        """The run as resolved: the scenario's name and the overrides that changed it."""
+        name = str(self.read_config().get("name", self.path.name))
+        overrides = self.read_overrides()
+        return f"{name} ({', '.join(overrides)})" if overrides else name
 
     def read_config(self) -> dict[str, Any]:
         """The resolved scenario; a config.yaml that was damaged or edited into something else is a

@@ -1,6 +1,9 @@
 """Optional experiment trackers behind one small base class, switched on by ``report.trackers``.
 
-Each tracker mirrors the records of metrics.jsonl; the run folder stays the source of truth.
+Each tracker mirrors the records of metrics.jsonl (``step`` or ``round`` is the x-axis, not a
+metric); the run folder stays the source of truth. MLflow also gets the resolved config as
+params, the kind, scenario, seed, commit and (federated) strategy and attack as tags, and the
+report as an artifact; TensorBoard gets the config's scalars and the final metrics as hparams.
 A tracker registers only when its package imports; naming a missing one is a user error that
 names the pip extra.
 """
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UserError
@@ -31,12 +36,44 @@ class Tracker(ABC):
         """Record one metrics record (its ``step`` or ``round`` is the x-axis)."""
 
     @abstractmethod
+    def finish(self, final: dict[str, Any], report_dir: Path) -> None:
+        """The run completed with ``final`` metrics and its report in ``report_dir``."""
+
+    @abstractmethod
     def close(self) -> None:
-        """Flush and release."""
+        """Flush and release (after `finish`, or on a failure without it)."""
+
+
+AXES = ("step", "round")
+# The config keys whose values name a run in a tracker's run list.
+TAG_KEYS = {"kind": "kind", "scenario": "name", "seed": "seed", "strategy": "federated.strategy.name",
+            "attack": "federated.attack.name", "workload": "workload.name"}
 
 
 def _numeric(record: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in record.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    return {k: float(v) for k, v in record.items()
+            if k not in AXES and isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def flatten(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, leaf value) of a nested config; lists are leaves."""
+    if isinstance(config, dict) and config:
+        for key, value in config.items():
+            yield from flatten(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip("."), config
+
+
+def run_tags(run: RunFolder) -> dict[str, str]:
+    """The tags that tell runs apart in a tracker: kind, scenario, seed, commit, strategy, attack."""
+    from testbed.provenance import source_commit
+
+    values = dict(flatten(run.read_config()))
+    tags = {tag: str(values[key]) for tag, key in TAG_KEYS.items() if values.get(key) is not None}
+    commit = source_commit()
+    if commit:
+        tags["commit"] = commit
+    return tags
 
 
 def _step(record: dict[str, Any]) -> int:
@@ -55,6 +92,13 @@ class TensorBoardTracker(Tracker):
     def log(self, record: dict[str, Any]) -> None:
         for key, value in _numeric(record).items():
             self.writer.add_scalar(key, value, _step(record))
+
+    def finish(self, final: dict[str, Any], report_dir: Path) -> None:
+        # hparams take numbers, strings and booleans: other leaves (lists, None) as their text
+        config = flatten(self.run.read_config())
+        hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in config}
+        metrics = {f"final/{k}": v for k, v in _numeric(final).items()}
+        self.writer.add_hparams(hparams, metrics, run_name=".")
 
     def close(self) -> None:
         self.writer.close()
@@ -84,15 +128,30 @@ class MlflowTracker(Tracker):
             experiment = self.client.get_experiment_by_name("testbed")
             experiment_id = (experiment.experiment_id if experiment else
                              self.client.create_experiment("testbed", artifact_location=(store / "artifacts").as_uri()))
-            self.run_id = self.client.create_run(experiment_id, run_name=run_name).info.run_id
+            self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=run_tags(run)).info.run_id
+            self._log_params()
             id_file.write_text(self.run_id)
+
+    def _log_params(self) -> None:
+        from mlflow.entities import Param
+
+        params = [Param(key, str(value)[:MLFLOW_PARAM_CHARS]) for key, value in flatten(self.run.read_config())]
+        for start in range(0, len(params), MLFLOW_BATCH):  # MLflow takes at most 100 params a call
+            self.client.log_batch(self.run_id, params=params[start:start + MLFLOW_BATCH])
 
     def log(self, record: dict[str, Any]) -> None:
         for key, value in _numeric(record).items():
             self.client.log_metric(self.run_id, key, value, step=_step(record))
 
+    def finish(self, final: dict[str, Any], report_dir: Path) -> None:
+        self.client.log_artifacts(self.run_id, str(report_dir), artifact_path="report")
+
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
+
+
+MLFLOW_BATCH = 100
+MLFLOW_PARAM_CHARS = 6000  # MLflow's limit on a param's value
 
 
 TRACKERS: dict[str, type[Tracker]] = {"tensorboard": TensorBoardTracker, "mlflow": MlflowTracker}

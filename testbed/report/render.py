@@ -52,7 +52,7 @@ def render_report(run: RunFolder, layout: ReportLayout | None = None,
     layout = layout or ReportLayout()
     sections = [SummarySection(), *layout.after_summary, MetricCurvesSection(), *layout.after_metrics, *extra,
                 ConfigSection()]
-    title = f"{data.config.get('name', run.path.name)}: {kind} report"
+    title = f"{run.title()}: {kind} report"
     return publish_page(run, title, lambda out_dir: "".join(_section(s, data, out_dir) for s in sections))
 
 

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.workloads",  # the package __init__ modules: docstrings and config re-exports only
      "testbed.claims", "testbed.claims.config", "testbed.claims.expressions", "testbed.claims.papers",
      "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
-    ("testbed.run", "testbed.tracking", "testbed.report", "testbed.runner", "testbed.loading",
+    ("testbed.run", "testbed.provenance", "testbed.tracking", "testbed.report", "testbed.runner", "testbed.loading",
      "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training",
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -45,10 +46,10 @@ def test_report_renders_in_headless_chromium_with_every_image_loaded(cli, write_
     assert (tmp_path / "shot.png").stat().st_size > 10_000  # a rendered page, not a blank one
 
 
-def test_trackers_receive_every_record(cli, write_scenario, tmp_path):
+def test_trackers_receive_every_record_the_config_tags_and_report(cli, write_scenario, tmp_path):
     run_dir = tmp_path / "run"
     code, _, err = cli("run", write_scenario({"report": {"trackers": ["tensorboard", "mlflow"]}}),
-                       "--run-dir", run_dir, "--quiet")
+                       "--run-dir", run_dir, "--quiet", "--set", "workload.hidden=12")
     assert code == 0, err
 
     from mlflow.tracking import MlflowClient
@@ -60,8 +61,32 @@ def test_trackers_receive_every_record(cli, write_scenario, tmp_path):
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("test_accuracy")] == [4, 8, 12, 16, 20, 24]
+    assert "step" not in events.Tags()["scalars"]  # the x-axis, not a metric
+    hparams = EventAccumulator(str(run_dir / "tensorboard"))  # add_hparams writes its own event file
+    hparams.Reload()
+    assert any(tag.startswith("final/") for tag in hparams.Tags()["scalars"])
     client = MlflowClient(tracking_uri=mlflow_uri(RunFolder(run_dir)))
     run_id = (run_dir / "mlruns" / "testbed_run_id").read_text().strip()
     history = client.get_metric_history(run_id, "test_accuracy")
     assert [m.step for m in history] == [4, 8, 12, 16, 20, 24]
-    assert client.get_run(run_id).info.status == "FINISHED"
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and "step" not in run.data.metrics
+    assert run.data.params["workload.hidden"] == "12" and run.data.params["seed"] == str(run.data.tags["seed"])
+    assert run.data.tags["kind"] == "workload" and run.data.tags["scenario"] == run.data.params["name"]
+    assert run.info.run_name == f"{run.data.params['name']} (workload.hidden=12)"
+    assert "report/index.html" in {a.path for a in client.list_artifacts(run_id, "report")}
+
+
+def test_the_run_folder_records_its_overrides_source_and_commit(cli, write_scenario, tmp_path):
+    import yaml
+
+    scenario = write_scenario()
+    code, _, err = cli("run", scenario, "--run-dir", tmp_path / "run", "--quiet", "--set", "training.steps=8",
+                       "--set", "seed=4")
+    assert code == 0, err
+    assert yaml.safe_load((tmp_path / "run" / "overrides.yaml").read_text()) == ["training.steps=8", "seed=4"]
+    source = json.loads((tmp_path / "run" / "summary.json").read_text())["source"]
+    assert source["file"] == str(scenario) and source["overrides"] == ["training.steps=8", "seed=4"]
+    assert isinstance(source["dirty"], bool) and len(source["commit"]) == 12  # tests run from the checkout
+    page = (tmp_path / "run" / "report" / "index.html").read_text()
+    assert "(training.steps=8, seed=4): training report</h1>" in page

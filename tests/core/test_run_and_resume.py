@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
@@ -108,6 +109,22 @@ def test_validate_starts_nothing_and_accepts_every_bundled_scenario(cli):
     code, out, err = cli("validate", *scenarios)
     assert code == 0, err
     assert out.count(": ok") == len(scenarios)
+
+
+def test_validate_no_sweep_checks_the_base_scenario_as_run_no_sweep_runs_it(cli, write_scenario):
+    sweep = write_scenario({"sweep": {"grid": {"seed": [0, 1]}}})
+    assert cli("validate", sweep)[1].rstrip().endswith(": ok (2 variants)")
+    code, out, err = cli("validate", sweep, "--no-sweep")
+    assert code == 0 and out.rstrip().endswith(": ok"), err
+
+
+def test_version_names_the_package_version(cli, capsys):
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as exit_:
+        cli("--version")
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"testbed {importlib.metadata.version('testbed')}")
 
 
 def test_list_shows_registered_workloads_and_scenarios(cli):
