@@ -17,6 +17,7 @@ run does, resumable), no further variant starts, and the sweep exits 130 once th
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import os
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,9 @@ from testbed.loading import apply_override, validate_raw
 from testbed.run import RunFolder, atomic_write
 from testbed.scenario import Scenario
 from testbed.validation import preflight
+
+MAX_SLUG = 160  # characters of a variant's folder name
+SLUG_TAIL = 40  # of a longer one, the characters kept at its end
 
 # The variant processes this process runs now, and whether the sweep was interrupted (no new ones).
 _variant_processes: set[subprocess.Popen] = set()
@@ -85,7 +90,15 @@ def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None
     labels = labels or {}
     parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={labels.get(key) or _short(value)}"
              for key, value in overrides.items()]
-    return re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+    slug = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
+    if len(slug) <= MAX_SLUG:
+        return slug
+    # A file name holds 255 bytes (with the temporary name's prefix and suffix around it): a long
+    # slug keeps its start and its end (the grid point, e.g. the seed), readable, with a hash of the
+    # whole between them, so it stays unique.
+    digest = hashlib.sha256(slug.encode()).hexdigest()[:12]
+    tail = slug[-SLUG_TAIL:]
+    return f"{slug[:MAX_SLUG - len(digest) - 2 - SLUG_TAIL]}+{digest}+{tail}"
 
 
 def axis_labels(values: list[Any]) -> list[str]:
@@ -111,7 +124,7 @@ def _short(value: Any) -> str:
 
 
 def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool,
-              only: set[str] | None = None, parallel: int | None = None) -> RunFolder:
+              only: set[str] | None = None, parallel: int | None = None, overrides: Sequence[str] = ()) -> RunFolder:
     """Run (or continue) every variant (or those of ``only``, ``parallel`` at once instead of the
     sweep's own setting); failures are recorded, not raised. A sweep with a ``claims:`` block ends
     with its verdicts in ``claims.json`` and the report."""
@@ -122,7 +135,7 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
         check_claims(scenario.claims, variants, source)
     if only is not None:
         variants = {slug: variant for slug, variant in variants.items() if slug in only}
-    sweep_run = _open_sweep_folder(run_dir, raw)  # locked: one sweep process at a time
+    sweep_run = _open_sweep_folder(run_dir, raw, overrides)  # locked: one sweep process at a time
     _interrupted.clear()
     try:
         with interrupt_hook(_interrupt_variants):
@@ -169,7 +182,7 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
     render_sweep_report(sweep_run)
 
 
-def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
+def _open_sweep_folder(run_dir: Path, raw: dict[str, Any], overrides: Sequence[str]) -> RunFolder:
     """A new sweep folder, or the same sweep's folder again (then finished variants are skipped)."""
     existing = RunFolder(run_dir)
     if existing.config_path.is_file():
@@ -178,7 +191,7 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any]) -> RunFolder:
             existing.unlock()
             raise UserError(f"{run_dir}: holds a different sweep; use another --run-dir")
         return existing
-    return RunFolder.create(run_dir, raw)
+    return RunFolder.create(run_dir, raw, overrides)
 
 
 def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from testbed.run import RunFolder, atomic_write
 
 FORMAT = 1
@@ -46,9 +48,14 @@ def write_results(path: Path, scenario: str, records: Mapping[str, Mapping[str, 
 
 
 def record_of(folder: Path, raw: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The record of a completed variant run folder, or None where it did not complete."""
+    """The record of a completed variant run folder, or None where it did not complete or ran
+    another configuration than ``raw`` (a sweep folder left from before the scenario changed: its
+    ``variants/<slug>.yaml`` says what the folder ran)."""
     run = RunFolder(folder)
     if not run.completed:
+        return None
+    spec = folder.parent / f"{folder.name}.yaml"
+    if spec.is_file() and variant_hash(yaml.safe_load(spec.read_text()) or {}) != variant_hash(raw):
         return None
     summary = run.read_summary() or {}
     metrics = {k: v for k, v in (summary.get("final_metrics") or {}).items()

@@ -189,6 +189,24 @@ def test_a_record_of_another_scenario_is_stale_and_not_used():
     assert current(records, {"a0": changed}) == {}
 
 
+def test_a_sweep_folder_left_from_another_configuration_gives_no_record(tmp_path):
+    import json
+
+    import yaml
+
+    from testbed.claims.results import record_of
+
+    variant = {"seed": 0, "workload": {"variant": "a", "lr": 0.1}}
+    folder = tmp_path / "variants" / "a0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(variant))
+    (folder / "summary.json").write_text(json.dumps({"final_metrics": {"acc": 0.5}}))
+    (tmp_path / "variants" / "a0.yaml").write_text(yaml.safe_dump(variant))
+    assert record_of(folder, variant)["final_metrics"] == {"acc": 0.5}
+    # the scenario changed since the folder ran: its numbers are not the new variant's
+    assert record_of(folder, {**variant, "workload": {"variant": "a", "lr": 0.2}}) is None
+
+
 def test_a_difference_of_floating_point_rounding_is_no_margin():
     # 10 vs 10 computed two ways differs by 1e-15: that must not make a claim reproduced.
     comparison = parse_comparison("a.eps < b.eps")

@@ -124,3 +124,12 @@ def test_the_report_groups_seeds_of_a_grid_that_varies_a_list_valued_key():
     table = _group_table(variants, ["workload.fd_steps", "seed"], ["test_mse"])
     # one row per list value, the two seeds of [2, 4] folded into one mean
     assert "[2, 4]" in table and "[8]" in table and "0.2" in table
+
+
+def test_a_variant_with_many_keys_gets_a_folder_name_the_file_system_takes():
+    from testbed.sweep import MAX_SLUG, variant_slug
+
+    many = {f"decentralized.setting_number_{i}": 1000 + i for i in range(30)}
+    slug, other = variant_slug(many), variant_slug({**many, "decentralized.setting_number_29": 0})
+    assert len(slug) == MAX_SLUG and slug != other and slug[:40] == other[:40]
+    assert variant_slug({**many, "seed": 3}).endswith("seed=3")
