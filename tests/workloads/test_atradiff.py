@@ -1,4 +1,5 @@
-"""ATraDiff: closed-form dynamics, windows and the pruner, length choice, inpainting, buffers, resume, config errors."""
+"""ATraDiff: closed-form dynamics, windows and the pruner, goal relabelling, increments, length choice, inpainting,
+buffers, the RLPD-style arm, resume, config errors."""
 
 from __future__ import annotations
 
@@ -54,6 +55,119 @@ def test_windows_pad_with_the_absorbing_state_and_the_pruner_recovers_the_episod
     assert np.array_equal(mc.steps_to_goal(rows, True)[:3], [steps, steps - 1, steps - 2])
 
 
+def test_dynamics_error_is_in_units_of_a_real_step():
+    """Steps ten times too long are nine real steps off: the old ratio to the imagined step read about 0.9."""
+    episodes = scripted_episodes()
+    obs = np.concatenate([e["obs"] for e in episodes])
+    act = np.concatenate([e["act"] for e in episodes])
+    long_steps = obs + 10 * (mc.dynamics(obs, act, 0.0015) - obs)
+    assert 8.5 < mc.consistency_error(obs, act, long_steps, 0.0015) < 9.5
+    assert mc.consistency_error(obs, act, obs, 0.0015) == pytest.approx(1.0)  # standing still: one step off
+
+
+def test_a_goal_nearer_than_the_flag_ends_the_episode_there():
+    episodes = mc.collect_offline(3, 0.3, 0.0015, np.random.default_rng(0), goal=0.0)
+    for episode in episodes:
+        assert episode["term"][-1] == 1 and 0.0 <= episode["next"][-1, 0] < mc.GOAL
+        task = mc.Task(goal=0.0)
+        assert not task.at_goal(episode["next"][:-1]).any() and task.at_goal(episode["next"][-1])
+
+
+def goal_crossing_window() -> np.ndarray:
+    """A hand-made imagined window that drives over the goal at 0.0 on its fourth row, with the diffusers'
+    typical under-generated goal reward (8) and a done channel that stays off."""
+    window = np.zeros((6, mc.CHANNELS), dtype=np.float32)
+    window[:, 0] = [-0.2, -0.12, -0.05, 0.02, 0.08, 0.13]
+    window[:, 1] = 0.06
+    window[:, 2] = [1.0, 0.5, -0.5, 1.0, 0.0, 0.0]
+    window[:, 3] = [-0.1, -0.02, 8.0, 0.0, 0.0, 0.0]  # row t: the reward of the step from s_t
+    return window
+
+
+def test_pruned_trajectories_get_the_true_goal_reward_and_done():
+    pruned = diffusion.prune(goal_crossing_window(), mc.Task(goal=0.0))
+    assert len(pruned["act"]) == 3 and pruned["next"][-1, 0] == pytest.approx(0.02)
+    assert pruned["term"].tolist() == [0.0, 0.0, 1.0]
+    assert np.allclose(pruned["rew"], [-0.1, -0.025, 100.0 - 0.025])
+    untouched = diffusion.prune(goal_crossing_window())  # the diffuser's own channels, the flag at 0.45
+    assert untouched["rew"][-1] == 0.0 and untouched["term"].sum() == 0  # the window never reaches 0.45
+    transitions = mc.Task(goal=0.0).relabel({"obs": np.zeros((2, 2)), "act": np.array([1.0, 0.0]),
+                                             "rew": np.array([3.0, 8.0]), "next": np.array([[0.1, -0.01], [0.1, 0.01]]),
+                                             "term": np.array([1.0, 0.0])})
+    assert transitions["term"].tolist() == [0.0, 1.0] and np.allclose(transitions["rew"], [-0.1, 100.0])
+
+
+def test_shaping_adds_the_energy_potential_to_the_learner_reward_only():
+    task = mc.Task(goal=0.45, shaping=30.0, gamma=0.99)
+    valley, flag = np.array([[-np.pi / 6, 0.0]]), np.array([[0.45, 0.0]])
+    assert mc.energy(valley)[0] == pytest.approx(0.0, abs=1e-6) and mc.energy(flag)[0] == pytest.approx(0.988, abs=1e-3)
+    assert task.bonus(valley, flag)[0] == pytest.approx(30 * 0.99 * 0.988, abs=0.05)
+    episode = scripted_episodes(1)[0]
+    shaped = task.shaped(episode)
+    potential = 30 * (0.99 * mc.energy(episode["next"]) - mc.energy(episode["obs"]))
+    assert np.allclose(shaped["rew"] - episode["rew"], potential, atol=1e-4)
+    workload = build_workload(scenario(variant="sac", shaping=30.0, **TINY))
+    workload.train(30)
+    real = {k: v[:30].numpy() for k, v in workload.loop.real.data.items()}
+    sparse = -0.1 * real["act"] ** 2 + 100 * real["term"]
+    assert np.allclose(real["rew"], sparse + task.bonus(real["obs"], real["next"]), atol=1e-4)
+    offline = workload.offline[0]  # the diffusers and the RLPD-style arm learn from the same shaped reward
+    assert np.allclose(offline["rew"], -0.1 * offline["act"] ** 2 + 100 * offline["term"]
+                       + task.bonus(offline["obs"], offline["next"]), atol=1e-4)
+
+
+def test_both_generators_hand_the_learner_relabelled_data():
+    for variant in ("atradiff", "synther"):
+        workload = build_workload(scenario(variant=variant, goal=0.0, **TINY))
+        imagined = workload.imagined_for_evaluation()["joined"]
+        terminal = mc.Task(goal=0.0).at_goal(imagined["next"])
+        assert np.array_equal(imagined["term"], terminal.astype(np.float32))
+        assert np.allclose(imagined["rew"], 100.0 * terminal - 0.1 * np.clip(imagined["act"], -1, 1) ** 2)
+
+
+def test_windows_hold_state_increments_and_decode_to_the_episode():
+    rows = mc.episode_rows(scripted_episodes(1)[0])
+    windows = mc.windows(rows, True, 16)
+    encoded = mc.encode_windows(windows, increments=True)
+    assert np.allclose(encoded[:, 1:, :2], np.diff(windows[..., :2], axis=1) / mc.DELTA_SCALE)
+    # a real step is within unit scale, except where the car stops dead at the left wall
+    assert np.quantile(np.abs(encoded[:, 1:, :2]), 0.99) <= 1.0 + 1e-6
+    assert np.allclose(encoded[:, 0], mc.normalise(windows[:, 0]))  # the conditioning state stays absolute
+    assert np.allclose(mc.decode_windows(encoded, increments=True), windows, atol=1e-5)
+    assert np.allclose(mc.encode_windows(windows, increments=False), mc.normalise(windows))
+    workload = build_workload(scenario(**TINY))  # increments are the default
+    first = workload.offline[0]
+    expected = mc.encode_windows(mc.windows(mc.episode_rows(first), bool(first["term"][-1]), 8)[:1], True)
+    assert np.allclose(workload.generator.offline[8][0].numpy(), expected.ravel())
+
+
+def test_rlpd_arm_samples_half_of_every_batch_from_the_offline_data():
+    workload = build_workload(scenario(variant="rlpd", **TINY))
+    offline_obs = np.concatenate([e["obs"] for e in workload.offline])
+    assert workload.generator is None and workload.synthetic.size == len(offline_obs)
+    assert np.array_equal(workload.synthetic.data["obs"][: len(offline_obs)].numpy(), offline_obs)
+    workload.train(10)
+    batch = mixed_batch(workload.loop.real, workload.synthetic, 16, 0.5, torch.Generator())
+    rows = {tuple(r) for r in offline_obs.round(6).tolist()}
+    assert sum(tuple(r) in rows for r in batch["obs"][8:].numpy().round(6).tolist()) == 8
+
+
+def test_sac_temperature_falls_while_the_entropy_exceeds_its_target():
+    """The target entropy is -1: a fresh policy (std about 1, entropy about 0.5 after the tanh) is above it, so the
+    temperature must fall. With the sign flipped (target +1, unreachable on [-1, 1]) it rose on every update,
+    to about e^10 after 10,000 steps, and the critic loss to 1e6."""
+    from testbed.workloads.atradiff.sac import SAC
+
+    torch.manual_seed(0)
+    agent = SAC(16, 1e-3, 0.99, 0.01)
+    generator = torch.Generator().manual_seed(0)
+    batch = {"obs": torch.rand(64, 2) * torch.tensor([1.2, 0.1]) - torch.tensor([1.0, 0.05]),
+             "act": torch.rand(64) * 2 - 1, "rew": torch.zeros(64), "next": torch.zeros(64, 2), "term": torch.zeros(64)}
+    for _ in range(20):
+        agent.update(batch, generator)
+    assert float(agent.log_alpha.detach()) < -0.01
+
+
 def test_length_choice_takes_the_smallest_horizon_that_covers_the_estimate():
     chosen = diffusion.choose_length(np.array([3.0, 15.0, 16.0, 40.0, 500.0]), [64, 16, 32])
     assert chosen.tolist() == [16, 16, 32, 64, 64]
@@ -87,7 +201,7 @@ def test_mixed_batches_hold_the_synthetic_share():
     assert int((batch["act"] == 2).sum()) == 8 and len(batch["act"]) == 32
 
 
-@pytest.mark.parametrize("variant", ["atradiff", "synther", "sac"])
+@pytest.mark.parametrize("variant", ["atradiff", "synther", "sac", "rlpd"])
 def test_resume_continues_bit_exactly(variant):
     restored, straight = resumed_and_uninterrupted(
         lambda: build_workload(scenario(variant=variant, **TINY)), split_at=17, total=33)
@@ -95,12 +209,13 @@ def test_resume_continues_bit_exactly(variant):
     for mine, theirs in zip(restored.loop.agent.parameters(), straight.loop.agent.parameters()):
         assert torch.equal(mine, theirs)
     assert torch.equal(restored.synthetic.data["obs"], straight.synthetic.data["obs"])
+    assert restored.test_history == straight.test_history
     if variant != "sac":
         assert restored.synthetic.size > 0
 
 
 @pytest.mark.parametrize("field, value", [
-    ("variant", "rlpd"), ("lengths", [1, 8]), ("lengths", [8, 8]), ("lengths", [2000]), ("lengths", []),
+    ("variant", "td3"), ("goal", 0.7), ("lengths", [1, 8]), ("lengths", [8, 8]), ("lengths", [2000]), ("lengths", []),
     ("sample_steps", 500), ("synthetic_ratio", 1.0), ("pretrain_steps", -1), ("offline_episodes", 0),
     ("batch_size", 0), ("gamma", 1.0),
 ])
@@ -120,7 +235,9 @@ def test_imagined_trajectories_from_visited_states_drive_to_the_flag():
     pruner cuts a window at its first row at the flag *or* with the done channel on, so an untrained diffuser's
     noise scores test_goal_fraction 1.0 (cut after 1-2 steps). Calibrated on seeds 0-2 (150 steps): 0.47 / 0.34 /
     0.56 of the trajectories drive there; from the same starts and noise the untrained diffuser 0.0 / 0.03 / 0.0."""
-    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=16, pretrain_steps=150))
+    # calibrated on absolute states and the diffuser's own done channel (the pruner's cut this test is about)
+    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=16, pretrain_steps=150,
+                                       increments=False, relabel=False))
     workload.pretrained = True
     untrained = driven_to_the_flag(workload.imagined_for_evaluation()["pieces"])
     workload.generator.pretrain(150, workload.config.diffusion_batch, workload.gen_rng)
@@ -134,7 +251,9 @@ def test_imagined_trajectories_start_at_the_given_state_and_carry_the_step_cost(
     # (scaled units; a real step is about 0.035) and mean |r - (-0.1 a^2)| over non-goal steps
     # 0.55 / 0.64 / 0.59. Without the condition as an input in training (replacement only) the first
     # step was 0.55 - 0.84; with the reward on a linear scale the step-reward error was 15 - 18.
-    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=32, lengths=[24]))
+    # the diffuser's own reward channel (relabel off) on absolute states, as calibrated
+    workload = build_workload(scenario(seed=0, variant="atradiff", offline_episodes=30, hidden=32, lengths=[24],
+                                       increments=False, relabel=False))
     workload.generator.pretrain(400, workload.config.diffusion_batch, workload.gen_rng)
     workload.pretrained = True
     imagined = workload.imagined_for_evaluation()

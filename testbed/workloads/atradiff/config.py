@@ -19,10 +19,12 @@ MAX_STEPS = 999  # steps of an episode (MountainCarContinuous-v0's time limit; `
 class ATraDiffConfig(StrictModel):
     """Offline data, generators, augmentation and learner of the ATraDiff workload."""
 
-    variant: Literal["atradiff", "synther", "sac"] = "atradiff"
+    variant: Literal["atradiff", "synther", "sac", "rlpd"] = "atradiff"
     offline_episodes: int = Field(60, gt=0, description="episodes of the noisy scripted policy")
     policy_noise: float = Field(0.5, ge=0, description="std of the scripted policy's action noise")
     power: float = Field(0.0015, gt=0, description="engine power of the online environment")
+    goal: float = Field(0.45, ge=-0.3, le=0.55, description="position of the flag (gymnasium's: 0.45)")
+    shaping: float = Field(0.0, ge=0, description="potential-based shaping: this x the car's energy (0: sparse)")
     offline_power: float = Field(0.0015, gt=0, description="engine power when the offline data were collected")
     lengths: list[int] = Field(default_factory=lambda: [24, 48, 96], description="horizons of the diffusers")
     diffusion_steps: int = Field(100, ge=2)
@@ -34,8 +36,11 @@ class ATraDiffConfig(StrictModel):
     diffusion_lr: float = Field(1e-3, gt=0)
     generate_every: int = Field(500, gt=0, description="environment steps between imagination rounds")
     generate_count: int = Field(24, gt=0, description="trajectories per round (SynthER: 48 transitions each)")
-    synthetic_ratio: float = Field(0.5, ge=0, lt=1, description="share of imagined transitions in a batch")
+    synthetic_ratio: float = Field(0.5, ge=0, lt=1, description="share of imagined (rlpd: offline) transitions "
+                                   "in a batch")
     synthetic_capacity: int = Field(20000, gt=0)
+    increments: bool = Field(True, description="trajectory diffusers model state increments, not absolute states")
+    relabel: bool = Field(True, description="done and reward of imagined data from the environment's goal test")
     adapt: bool = Field(True, description="fine-tune the generators on online data (ATraDiff's adaptation)")
     adapt_every: int = Field(1000, gt=0)
     adapt_steps: int = Field(50, ge=0)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.env import CENTER, CHANNELS, GOAL, SCALE, denormalise, normalise
 
 
@@ -153,15 +154,16 @@ def ddim_sample(model: VectorDenoiser, count: int, dim: int, steps: int, generat
 
 
 def sample_trajectories(model: VectorDenoiser, length: int, starts: np.ndarray, steps: int,
-                        generator: torch.Generator) -> np.ndarray:
-    """Windows ``[len(starts), length, CHANNELS]`` (raw units) whose first state is inpainted to ``starts``."""
+                        generator: torch.Generator, increments: bool = False) -> np.ndarray:
+    """Windows ``[len(starts), length, CHANNELS]`` (raw units) whose first state is inpainted to ``starts``;
+    with ``increments`` the model's later state channels are increments (``env.encode_windows``)."""
     count = len(starts)
     known = torch.zeros(count, length, CHANNELS)
     first = np.zeros((count, CHANNELS), dtype=np.float32)
     first[:, :2] = starts
     known[:, 0, :2] = torch.from_numpy(normalise(first)[:, :2])
     flat = ddim_sample(model, count, length * CHANNELS, steps, generator, known.flatten(1), first_state_mask(length))
-    return denormalise(flat.reshape(count, length, CHANNELS).numpy())
+    return mc.decode_windows(flat.reshape(count, length, CHANNELS).numpy(), increments)
 
 
 def first_state_mask(length: int) -> torch.Tensor:
@@ -171,19 +173,23 @@ def first_state_mask(length: int) -> torch.Tensor:
     return mask.flatten()
 
 
-def prune(window: np.ndarray) -> dict[str, np.ndarray]:
+def prune(window: np.ndarray, task: mc.Task | None = None) -> dict[str, np.ndarray]:
     """The non-parametric pruner: cut a generated window at its first goal (or terminal) row.
 
-    Returns the transitions up to there; the last is marked terminal if the goal was reached.
+    Returns the transitions up to there; the last is marked terminal if the goal was reached. With
+    a ``task`` the cut, the done flag and the reward come from the environment's own goal test and
+    reward function (``Task.relabel``); without, the goal is a position at least ``GOAL`` or the
+    diffuser's done channel, and the reward is the diffuser's.
     """
-    reached = (window[:, 0] >= GOAL) | (window[:, 4] > 0.5)
+    reached = task.at_goal(window[:, :2]) if task else (window[:, 0] >= GOAL) | (window[:, 4] > 0.5)
     reached[0] = False  # the given first state is never the end
     end = int(np.argmax(reached)) if reached.any() else len(window) - 1
     terminal = np.zeros(end, dtype=np.float32)
     if reached.any():
         terminal[-1] = 1.0
-    return {"obs": window[:end, :2], "act": window[:end, 2], "rew": window[:end, 3],
-            "next": window[1 : end + 1, :2], "term": terminal}
+    pieces = {"obs": window[:end, :2], "act": window[:end, 2], "rew": window[:end, 3],
+              "next": window[1 : end + 1, :2], "term": terminal}
+    return task.relabel(pieces) if task else pieces
 
 
 class LengthEstimator(nn.Module):

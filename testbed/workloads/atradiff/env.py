@@ -1,14 +1,19 @@
 """The environment side of the ATraDiff miniature: gymnasium's MountainCarContinuous-v0, its dynamics
-in closed form, the scripted policy that collects the offline data, and trajectory windows.
+in closed form, the goal test and training reward (``Task``, used to relabel imagined data), the
+scripted policy that collects the offline data, and trajectory windows with their model encoding
+(absolute states or state increments).
 
 The sparse reward (+100 at the flag, -0.1 a^2 per step) makes it a classic exploration failure
-for SAC, which is where imagined goal-reaching trajectories should help most. A trajectory window
+for SAC, which is where imagined goal-reaching trajectories should help most; ``Task.shaping``
+adds a potential-based energy term for the learner so that SAC alone can get there at CPU budget. A trajectory window
 is ``length`` rows of ``[pos, vel, action, reward, done]``: row t holds the state s_t, the action
 taken there, its reward, and whether s_t is already terminal; after the goal the terminal state
 repeats with zero action and reward (an absorbing state), so every window has the same shape.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
@@ -23,12 +28,16 @@ REWARD = 3  # the reward channel, modelled in symlog units (see ``normalise``)
 # scale is symlog(100), so the goal reward maps to 1.
 CENTER = np.array([-0.3, 0.0, 0.0, 0.0, 0.5], dtype=np.float32)
 SCALE = np.array([0.9, 0.07, 1.0, np.log1p(100.0), 0.5], dtype=np.float32)
+# Largest one-step change of (position, velocity): the speed limit, and power + gravity (0.0015 + 0.0025).
+DELTA_SCALE = np.array([0.07, 0.004], dtype=np.float32)
 
 
-def make_env(power: float) -> gym.Env:
-    """The unwrapped environment (no time limit: episodes are cut at ``MAX_STEPS`` by the caller)."""
+def make_env(power: float, goal: float = GOAL) -> gym.Env:
+    """The unwrapped environment (no time limit: episodes are cut at ``MAX_STEPS`` by the caller), with the
+    flag at position ``goal`` (gymnasium's is 0.45; the episode ends there with +100 once the velocity is >= 0)."""
     env = gym.make(ENV_ID).unwrapped
     env.power = power  # type: ignore[attr-defined]  # gymnasium types unwrapped as Env, not the car
+    env.goal_position = goal  # type: ignore[attr-defined]
     return env
 
 
@@ -43,17 +52,78 @@ def dynamics(states: np.ndarray, actions: np.ndarray, power: float) -> np.ndarra
 
 
 def consistency_error(states: np.ndarray, actions: np.ndarray, next_states: np.ndarray, power: float) -> float:
-    """Mean one-step dynamics error relative to the mean one-step change: mean |s' - f(s, a)| / mean |s' - s|.
+    """Mean one-step dynamics error in units of a real step: mean |s' - f(s, a)| / mean |f(s, a) - s|.
 
-    Each state coordinate is divided by its scale (``SCALE``) first so position and velocity weigh
-    alike; 0 means the transitions obey the environment exactly.
+    The denominator is the step the environment itself takes from the same (s, a), not the imagined
+    step |s' - s|: a generator whose steps are ten times too long would otherwise score about 0.9
+    ("as far off as one step") while being nine real steps off. Each state coordinate is divided by
+    its scale (``SCALE``) first so position and velocity weigh alike; 0 means the transitions obey
+    the environment exactly, 1 that they are off by as much as one real step.
     """
     if len(states) == 0:
         return float("nan")
     scale = SCALE[:2]
-    error = np.linalg.norm((next_states - dynamics(states, actions, power)) / scale, axis=-1)
-    change = np.linalg.norm((next_states - states) / scale, axis=-1)
+    true_next = dynamics(states, actions, power)
+    error = np.linalg.norm((next_states - true_next) / scale, axis=-1)
+    change = np.linalg.norm((true_next - states) / scale, axis=-1)
     return float(error.mean() / max(change.mean(), 1e-12))
+
+
+def energy(states: np.ndarray) -> np.ndarray:
+    """Mechanical energy of ``states [..., 2]``: 0 at rest in the valley, about 1 at rest at the flag.
+
+    The dynamics are v' = v + a power - 0.0025 cos(3 p), so the height is U(p) = 0.0025 / 3 sin(3 p);
+    E = v^2 / 2 + U(p) - U(valley), divided by the height of the hills (2 x 0.0025 / 3).
+    """
+    pos, vel = states[..., 0], states[..., 1]
+    return (0.5 * vel**2 + 0.0025 / 3 * (np.sin(3 * pos) + 1)) / (2 * 0.0025 / 3)
+
+
+@dataclass(frozen=True)
+class Task:
+    """The goal test and the reward the learner is trained on.
+
+    gymnasium's reward is +100 on the step that reaches the flag (position >= ``goal``, velocity
+    >= 0) and -0.1 a^2 on every step. ``shaping`` adds the potential-based term
+    gamma Phi(s') - Phi(s) with Phi = shaping x ``energy`` (Ng, Harada, Russell 1999: it leaves the
+    optimal policies unchanged), which rewards pumping energy into the car; 0 is the sparse task.
+    Test returns are always gymnasium's own reward.
+    """
+
+    goal: float = GOAL
+    shaping: float = 0.0
+    gamma: float = 0.99
+
+    def at_goal(self, states: np.ndarray) -> np.ndarray:
+        """gymnasium's goal test for ``states [..., 2]``."""
+        return (states[..., 0] >= self.goal) & (states[..., 1] >= 0.0)
+
+    def bonus(self, states: np.ndarray, next_states: np.ndarray) -> np.ndarray:
+        """The shaping term gamma Phi(s') - Phi(s) (0 for the sparse task)."""
+        if self.shaping == 0:
+            return np.zeros(states.shape[:-1], dtype=np.float32)
+        return (self.shaping * (self.gamma * energy(next_states) - energy(states))).astype(np.float32)
+
+    def reward(self, states: np.ndarray, actions: np.ndarray, next_states: np.ndarray,
+               terminal: np.ndarray) -> np.ndarray:
+        """gymnasium's reward plus the shaping term."""
+        sparse = 100.0 * terminal - 0.1 * np.clip(actions, -1.0, 1.0) ** 2
+        return (sparse + self.bonus(states, next_states)).astype(np.float32)
+
+    def relabel(self, transitions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Imagined transitions with the done flag and reward the environment would give them.
+
+        The diffusers under-generate the rare +100 (about 8 on the terminal rows of pruned
+        trajectories), so a critic trained on their own reward channel hardly sees the goal; the goal
+        test and the reward function are known closed forms of the task, so they replace the channels.
+        """
+        terminal = self.at_goal(transitions["next"]).astype(np.float32)
+        rewards = self.reward(transitions["obs"], transitions["act"], transitions["next"], terminal)
+        return {**transitions, "term": terminal, "rew": rewards}
+
+    def shaped(self, episode: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A real episode's transitions with the shaping term added to gymnasium's reward."""
+        return {**episode, "rew": (episode["rew"] + self.bonus(episode["obs"], episode["next"])).astype(np.float32)}
 
 
 def scripted_action(state: np.ndarray, noise: float, rng: np.random.Generator) -> float:
@@ -77,9 +147,10 @@ def run_episode(env: gym.Env, seed: int, policy, max_steps: int = MAX_STEPS) -> 
     return {key: np.asarray(value, dtype=np.float32) for key, value in rows.items()}
 
 
-def collect_offline(episodes: int, noise: float, power: float, rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
+def collect_offline(episodes: int, noise: float, power: float, rng: np.random.Generator,
+                    goal: float = GOAL) -> list[dict[str, np.ndarray]]:
     """The offline data set: ``episodes`` episodes of the noisy scripted policy."""
-    env = make_env(power)
+    env = make_env(power, goal)
     seeds = rng.integers(0, 2**31 - 1, size=episodes)
     return [run_episode(env, int(seed), lambda s: scripted_action(s, noise, rng)) for seed in seeds]
 
@@ -133,3 +204,28 @@ def denormalise(rows: np.ndarray) -> np.ndarray:
     rows = rows * SCALE + CENTER
     rows[..., REWARD] = np.sign(rows[..., REWARD]) * np.expm1(np.abs(rows[..., REWARD]))
     return rows
+
+
+def encode_windows(windows: np.ndarray, increments: bool) -> np.ndarray:
+    """Raw windows ``[..., L, CHANNELS]`` to the diffusers' units.
+
+    With ``increments`` every state after the first is replaced by its increment s_t - s_{t-1},
+    scaled by the largest real step (``DELTA_SCALE``): a real step is 1/25 of the position's range,
+    so on absolute states the diffuser's residual noise is as large as the step it should model,
+    while increments put the step itself at unit scale. The first state stays absolute (it is the
+    condition the window is inpainted from).
+    """
+    out = normalise(windows)
+    if increments:
+        deltas = np.diff(windows[..., :2], axis=-2)
+        out[..., 1:, :2] = deltas / DELTA_SCALE
+    return out.astype(np.float32)
+
+
+def decode_windows(model_rows: np.ndarray, increments: bool) -> np.ndarray:
+    """The inverse of ``encode_windows``: states are the first state plus the cumulated increments."""
+    raw = denormalise(model_rows)
+    if increments:
+        deltas = model_rows[..., 1:, :2] * DELTA_SCALE
+        raw[..., 1:, :2] = raw[..., :1, :2] + np.cumsum(deltas, axis=-2)
+    return raw

@@ -18,7 +18,13 @@ import torch
 from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer
+from testbed.workloads.atradiff.config import ATraDiffConfig
 from testbed.workloads.training import optimizer_step
+
+
+def task_of(config: ATraDiffConfig) -> mc.Task:
+    """The goal test and training reward of a configuration."""
+    return mc.Task(config.goal, config.shaping, config.gamma)
 
 
 def _train(model: diffusion.VectorDenoiser, optimizer: torch.optim.Optimizer, data: torch.Tensor, steps: int,
@@ -47,11 +53,12 @@ def _important(model: diffusion.VectorDenoiser, candidates: torch.Tensor, keep: 
 class TrajectoryGenerator:
     """ATraDiff's imagination: one diffuser per horizon, the length estimator and the pruner."""
 
-    def __init__(self, offline: list[dict[str, np.ndarray]], lengths: list[int], hidden: int, blocks: int,
-                 abar: torch.Tensor, lr: float):
-        self.lengths = sorted(lengths)
+    def __init__(self, offline: list[dict[str, np.ndarray]], config: ATraDiffConfig, abar: torch.Tensor):
+        self.lengths = sorted(config.lengths)
+        self.increments, self.task = config.increments, task_of(config) if config.relabel else None
+        hidden, blocks, lr = config.hidden, config.blocks, config.diffusion_lr
         rows = [(mc.episode_rows(e), bool(e["term"][-1])) for e in offline]
-        self.offline = {L: torch.from_numpy(np.concatenate([mc.normalise(mc.windows(r, t, L)) for r, t in rows])
+        self.offline = {L: torch.from_numpy(np.concatenate([self._encode(mc.windows(r, t, L)) for r, t in rows])
                                             .reshape(-1, L * mc.CHANNELS)) for L in self.lengths}
         self.offline_states = np.concatenate([r[:-1, :2] for r, t in rows if t])
         steps_left = np.concatenate([mc.steps_to_goal(r, t) for r, t in rows if t])
@@ -60,6 +67,9 @@ class TrajectoryGenerator:
         self.optimizers = {L: torch.optim.Adam(m.parameters(), lr=lr) for L, m in self.models.items()}
         self.estimator = diffusion.LengthEstimator()
         self.estimator_opt = torch.optim.Adam(self.estimator.parameters(), lr=1e-3)
+
+    def _encode(self, windows: np.ndarray) -> np.ndarray:
+        return mc.encode_windows(windows, self.increments)
 
     def pretrain(self, steps: int, batch: int, generator: torch.Generator) -> None:
         """Fit each diffuser to the offline windows of its horizon, and the estimator to steps-to-goal."""
@@ -80,8 +90,9 @@ class TrajectoryGenerator:
         for L in self.lengths:
             chosen = np.flatnonzero(horizon == L)
             if len(chosen):
-                windows = diffusion.sample_trajectories(self.models[L], L, starts[chosen], sample_steps, generator)
-                pieces += [diffusion.prune(w) for w in windows]
+                windows = diffusion.sample_trajectories(self.models[L], L, starts[chosen], sample_steps, generator,
+                                                        self.increments)
+                pieces += [diffusion.prune(w, self.task) for w in windows]
         return pieces
 
     def adapt(self, real: Buffer, episodes: int, keep: float, steps: int, batch: int, generator: torch.Generator,
@@ -93,7 +104,7 @@ class TrajectoryGenerator:
             online = [w for w in online if len(w)]
             if not online:
                 continue
-            candidates = torch.from_numpy(mc.normalise(np.concatenate(online)).reshape(-1, L * mc.CHANNELS))
+            candidates = torch.from_numpy(self._encode(np.concatenate(online)).reshape(-1, L * mc.CHANNELS))
             mask = diffusion.first_state_mask(L)
             kept = _important(self.models[L], candidates, keep, seed, mask)
             anchor = self.offline[L][torch.randint(0, len(self.offline[L]), (len(kept),), generator=generator)]
@@ -117,15 +128,17 @@ class TransitionGenerator:
 
     DIM = 7
 
-    def __init__(self, offline: list[dict[str, np.ndarray]], hidden: int, blocks: int, abar: torch.Tensor, lr: float):
+    def __init__(self, offline: list[dict[str, np.ndarray]], config: ATraDiffConfig, abar: torch.Tensor):
         self.offline = self.vectors(offline)
-        self.model = diffusion.VectorDenoiser(self.DIM, hidden, blocks, abar)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self.task = task_of(config) if config.relabel else None
+        self.model = diffusion.VectorDenoiser(self.DIM, 8 * config.hidden, config.blocks, abar)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.diffusion_lr)
 
     def generate(self, count: int, sample_steps: int, generator: torch.Generator) -> dict[str, np.ndarray]:
-        """``count`` imagined transitions."""
+        """``count`` imagined transitions (done and reward from the goal test with ``relabel``, as ATraDiff's)."""
         flat = diffusion.ddim_sample(self.model, count, self.DIM, sample_steps, generator)
-        return diffusion.split_transitions(flat.numpy())
+        transitions = diffusion.split_transitions(flat.numpy())
+        return self.task.relabel(transitions) if self.task else transitions
 
     @staticmethod
     def vectors(parts: list[dict[str, np.ndarray]]) -> torch.Tensor:

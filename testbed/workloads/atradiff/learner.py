@@ -23,7 +23,8 @@ class OnlineLoop:
 
     def __init__(self, config: Any, seeds: SeedTree):
         self.config, self.seeds = config, seeds
-        self.env = mc.make_env(config.power)
+        self.env = mc.make_env(config.power, config.goal)
+        self.task = mc.Task(config.goal, config.shaping, config.gamma)
         self.agent = SAC(config.sac_hidden, config.sac_lr, config.gamma, config.tau)
         self.real = Buffer(config.buffer_capacity)
         self.rng = seeds.torch("learner")
@@ -43,7 +44,8 @@ class OnlineLoop:
         else:
             action = self.agent.act(self.obs, self.rng)
         nxt, reward, terminated, _, _ = self.env.step(np.array([action], dtype=np.float32))
-        self.real.add({"obs": self.obs[None], "act": [action], "rew": [reward], "next": nxt[None],
+        learned = float(reward) + float(self.task.bonus(self.obs, nxt))  # the test return stays gymnasium's
+        self.real.add({"obs": self.obs[None], "act": [action], "rew": [learned], "next": nxt[None],
                        "term": [float(terminated)]})
         self.obs = nxt
         self.env_steps += 1
@@ -63,7 +65,7 @@ class OnlineLoop:
 
     def test_returns(self) -> list[float]:
         """Returns of the deterministic (mean-action) policy on fixed test starts."""
-        env = mc.make_env(self.config.power)
+        env = mc.make_env(self.config.power, self.config.goal)
         returns = []
         for episode in range(self.config.eval_episodes):
             seed = self.seeds.integer(f"eval.reset.{episode}")

@@ -60,7 +60,8 @@ class ImaginedPathsSection(ArraySection):
 
 
 class DynamicsSection(ArraySection):
-    """Distribution of the one-step dynamics error of imagined transitions, against real step sizes."""
+    """Distribution of the one-step dynamics error of imagined transitions, against the real steps the environment
+    takes from the same states and actions."""
 
     title = "Dynamics consistency of imagined transitions"
     requires = ("step_errors", "step_changes")
@@ -71,12 +72,13 @@ class DynamicsSection(ArraySection):
         top = max(np.percentile(changes, 99), np.percentile(errors, 99), 1e-6)
         bins = np.linspace(0, top, 40)
         # matplotlib's stub types bins as a sequence, not an array
-        ax.hist(changes, bins=bins, alpha=0.5, label="|s' - s| (step size)")  # type: ignore[arg-type]
+        ax.hist(changes, bins=bins, alpha=0.5, label="|f(s, a) - s| (real step)")  # type: ignore[arg-type]
         ax.hist(errors, bins=bins, alpha=0.6, label="|s' - f(s, a)| (dynamics error)")  # type: ignore[arg-type]
         ax.set(xlabel="scaled state distance", ylabel="transitions")
         ax.legend(fontsize=8)
         ratio = errors.mean() / max(changes.mean(), 1e-12)
-        note = f"<p>Mean error / mean step size: {ratio:.3f} over {len(errors)} imagined transitions.</p>"
+        note = (f"<p>Mean error / mean real step: {ratio:.3f} (in real steps) over {len(errors)} imagined "
+                "transitions.</p>")
         return figure_image(fig, out_dir / "atradiff-dynamics.png") + note
 
 

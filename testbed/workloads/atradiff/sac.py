@@ -28,6 +28,8 @@ def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
 class SAC(nn.Module):
     """Actor, twin critics, target critics and log-temperature, with one optimizer per part."""
 
+    TARGET_ENTROPY = -1.0  # minus the action dimension
+
     def __init__(self, hidden: int, lr: float, gamma: float, tau: float):
         super().__init__()
         self.gamma, self.tau = gamma, tau
@@ -72,7 +74,10 @@ class SAC(nn.Module):
         new_act, logp = self.policy(obs, generator)
         actor_loss = (alpha * logp - self.q_values(self.critics, obs, new_act).min(1, keepdim=True).values).mean()
         optimizer_step(self.actor_opt, actor_loss)
-        alpha_loss = -(self.log_alpha * (logp.detach() + 1.0)).mean()  # target entropy -1
+        # d/d log_alpha = entropy - target: the temperature falls while the policy's entropy exceeds the
+        # target (-1). A target of +1 is above the log 2 any action distribution on [-1, 1] can reach:
+        # the temperature would grow without end.
+        alpha_loss = -(self.log_alpha * (logp.detach() + self.TARGET_ENTROPY)).mean()
         optimizer_step(self.alpha_opt, alpha_loss)
         with torch.no_grad():
             for target_p, p in zip(self.targets.parameters(), self.critics.parameters()):

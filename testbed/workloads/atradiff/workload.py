@@ -4,9 +4,12 @@
 uses the pruner on the offline data of a scripted policy, then augments SAC's replay buffer with
 trajectories imagined from states the learner visited; with ``adapt: true`` the diffusers are
 fine-tuned on important online windows as the learner's data shifts. ``variant: synther``
-augments with single imagined transitions (SynthER-style); ``variant: sac`` is the learner
-alone. One training step is one environment step (with one SAC update); the diffusers are
-pretrained inside the first call of ``train``. The environment is gymnasium's
+augments with single imagined transitions (SynthER-style); ``variant: rlpd`` fills the same share
+of every batch with the offline transitions themselves (RLPD's symmetric sampling, so that a
+gain of ATraDiff is more than "offline data help"); ``variant: sac`` is the learner alone.
+Imagined data get their done flag and reward from the environment's goal test (``relabel``).
+One training step is one environment step (with one SAC update); the diffusers are pretrained
+inside the first call of ``train``. The environment is gymnasium's
 MountainCarContinuous-v0, so ``data.dataset`` is ignored.
 
 Example: ``testbed run scenarios/workloads/atradiff.yaml --set workload.variant=sac``.
@@ -25,7 +28,7 @@ from testbed.workloads.atradiff import diffusion
 from testbed.workloads.atradiff import env as mc
 from testbed.workloads.atradiff.buffer import Buffer, mixed_batch
 from testbed.workloads.atradiff.config import ATraDiffConfig, check
-from testbed.workloads.atradiff.generators import TrajectoryGenerator, TransitionGenerator
+from testbed.workloads.atradiff.generators import TrajectoryGenerator, TransitionGenerator, task_of
 from testbed.workloads.atradiff.learner import OnlineLoop
 from testbed.workloads.atradiff.report import SECTIONS
 from testbed.workloads.base import Workload
@@ -43,26 +46,31 @@ class ATraDiffWorkload(Workload):
 
     def __init__(self, config: ATraDiffConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
-        self.offline = mc.collect_offline(config.offline_episodes, config.policy_noise, config.offline_power,
-                                          seeds.numpy("data.offline"))
+        collected = mc.collect_offline(config.offline_episodes, config.policy_noise, config.offline_power,
+                                       seeds.numpy("data.offline"), config.goal)
+        self.offline = [task_of(config).shaped(e) for e in collected]  # rewards as the learner's own
         abar = diffusion.alpha_bars(config.diffusion_steps)
         with torch.random.fork_rng():
             torch.manual_seed(seeds.integer("model.init"))
             self.generator = self._build_generator(abar)
             self.loop = OnlineLoop(config, seeds)
         self.synthetic = Buffer(config.synthetic_capacity)
+        if config.variant == "rlpd":  # RLPD's symmetric sampling: the same offline data the diffusers learn from
+            self.synthetic.add({k: np.concatenate([e[k] for e in self.offline]) for k in ("obs", "act", "rew", "next",
+                                                                                          "term")})
         self.gen_rng = seeds.torch("generate")
         self.pretrained = False
         self.eval_starts = self._eval_starts(seeds.numpy("eval.starts"))
         self.first_solved: int | None = None
+        self.test_history: list[float] = []
         self.last_round_error = float("nan")
 
     def _build_generator(self, abar: torch.Tensor) -> TrajectoryGenerator | TransitionGenerator | None:
         c = self.config
         if c.variant == "atradiff":
-            return TrajectoryGenerator(self.offline, c.lengths, c.hidden, c.blocks, abar, c.diffusion_lr)
+            return TrajectoryGenerator(self.offline, c, abar)
         if c.variant == "synther":
-            return TransitionGenerator(self.offline, 8 * c.hidden, c.blocks, abar, c.diffusion_lr)
+            return TransitionGenerator(self.offline, c, abar)
         return None
 
     def _eval_starts(self, rng: np.random.Generator) -> np.ndarray:
@@ -127,7 +135,10 @@ class ATraDiffWorkload(Workload):
         mean_return = float(np.mean(returns))
         if self.first_solved is None and mean_return >= c.return_threshold:
             self.first_solved = self.loop.env_steps
-        metrics = {"test_return": mean_return, "test_success": float(np.mean(np.array(returns) > 0)),
+        self.test_history.append(mean_return)
+        # the mean over every evaluation so far: the area under the learning curve, which rewards learning sooner
+        metrics = {"test_return": mean_return, "test_return_auc": float(np.mean(self.test_history)),
+                   "test_success": float(np.mean(np.array(returns) > 0)),
                    "test_steps_to_threshold": float(self.first_solved or self.loop.env_steps),
                    "test_solved": float(self.first_solved is not None)}
         if self.generator is not None and self.pretrained:
@@ -154,10 +165,10 @@ class ATraDiffWorkload(Workload):
         if self.generator is not None and self.pretrained:
             imagined = self.imagined_for_evaluation()
             joined = imagined["joined"]
-            errors = np.linalg.norm((joined["next"] - mc.dynamics(joined["obs"], joined["act"], self.config.power))
-                                    / mc.SCALE[:2], axis=-1)
-            arrays["step_errors"] = errors
-            arrays["step_changes"] = np.linalg.norm((joined["next"] - joined["obs"]) / mc.SCALE[:2], axis=-1)
+            true_next = mc.dynamics(joined["obs"], joined["act"], self.config.power)
+            arrays["step_errors"] = np.linalg.norm((joined["next"] - true_next) / mc.SCALE[:2], axis=-1)
+            # the real step from the same (s, a): the unit of `test_dynamics_error`
+            arrays["step_changes"] = np.linalg.norm((true_next - joined["obs"]) / mc.SCALE[:2], axis=-1)
             if imagined["pieces"]:
                 arrays["imagined_paths"] = _padded([np.concatenate([p["obs"], p["next"][-1:]]) if len(p["act"])
                                                     else np.zeros((0, 2)) for p in imagined["pieces"]])
@@ -167,7 +178,8 @@ class ATraDiffWorkload(Workload):
         return {"loop": self.loop.state_dict(), "synthetic": self.synthetic.state_dict(),
                 "generator": self.generator.state_dict() if self.generator is not None else None,
                 "gen_rng": self.gen_rng.get_state(), "pretrained": self.pretrained,
-                "first_solved": self.first_solved, "last_round_error": self.last_round_error}
+                "first_solved": self.first_solved, "test_history": list(self.test_history),
+                "last_round_error": self.last_round_error}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loop.load_state_dict(state["loop"])
@@ -176,6 +188,7 @@ class ATraDiffWorkload(Workload):
             self.generator.load_state_dict(state["generator"])
         self.gen_rng.set_state(state["gen_rng"])
         self.pretrained, self.first_solved = state["pretrained"], state["first_solved"]
+        self.test_history = [float(r) for r in state["test_history"]]
         self.last_round_error = state["last_round_error"]
 
 
