@@ -1,10 +1,12 @@
-"""Benchmark: documents packed per second by Best-fit Packing and its baselines.
+"""Benchmark: documents packed per second by Best-fit Packing, its baselines and real TRL.
 
 Packs synthetic heavy-tailed documents (log-normal, median 450, mean 825 tokens) into sequences
 of L = 2048 tokens, end to end (chunking, bin packing, building the segment lists) with:
-  best_fit         Optimized Best-Fit Decreasing, segment tree over capacities, O(N log L)
+  best_fit         Best-Fit Decreasing, all chunks of one length placed together (numpy)
+  best_fit_arrays  the same packing, output as (doc, start, end) arrays (`iter_bin_packed_arrays`)
+  best_fit_tree    the previous best_fit: item by item with a segment tree over capacities
   first_fit        First-Fit Decreasing, max-tree over bin ids, O(N log N)
-  concat           concatenate-then-split, O(N)
+  concat           concatenate-then-split, one vectorized pass
   best_fit_scan    textbook Best-Fit Decreasing scanning every open bin, O(N * bins);
                    only up to --scan-max documents, since it is quadratic
   trl_bfd_split*   RE-IMPLEMENTATION of Hugging Face TRL's pack_dataset(strategy="bfd_split"):
@@ -12,31 +14,57 @@ of L = 2048 tokens, end to end (chunking, bin packing, building the segment list
   lf_knapsack*     RE-IMPLEMENTATION of LLaMA-Factory's greedy_knapsack: ascending sort, fill one
                    sequence at a time with the largest item that fits; list.pop makes it O(N^2),
                    so only up to --knapsack-max documents
-The two starred packers are written from the libraries' descriptions (benchmarks/peer_packers.py),
-since neither library is installed; they receive the same chunks as best_fit (the real
-LLaMA-Factory drops over-long examples instead of chunking them).
+  TRL pack_dataset the real `trl.pack_dataset(dataset, L, strategy="bfd_split")` with its default
+                   map batch (1,000 rows), when `import trl` works (pip install -e ".[bench]");
+                   only up to --trl-max documents. Its input is an in-memory `datasets.Dataset`
+                   with one int32 `input_ids` list per document (built before the clock starts);
+                   its output holds the packed token columns, while the project's packers output
+                   segment boundaries, so TRL also pays for moving the tokens.
+The starred packers are written from the libraries' descriptions (benchmarks/peer_packers.py);
+they receive the same chunks as best_fit (the real LLaMA-Factory drops over-long examples).
 
-Prints one table: time per document, documents per second, time relative to best_fit, and the
-packing quality (extra sequences over ceil(tokens / L), share of documents truncated).
-Not a test. Usage: python benchmarks/bench_packing.py [--huge] [--sizes 10000 100000]
+Prints one table (time per document, documents per second, time relative to best_fit, sequences
+relative to the lower bound ceil(tokens / L), share of documents truncated), then the ratios
+against real TRL, then a streaming row: --stream-size documents (default 10^7) read one length at
+a time from a generator and packed in buffers of --buffer-size documents, each in a fresh child
+process so that its peak resident memory (VmHWM) is its own; a 10x smaller stream shows
+whether memory stays flat.
+Not a test. Usage: python benchmarks/bench_packing.py [--sizes 10000 200000] [--stream-size 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import resource
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from peer_packers import llamafactory_style_greedy_knapsack, trl_style_bfd_split
 
-from testbed.pretrain.bin_packing import Bins, reference_best_fit_pack
-from testbed.pretrain.packing import PackingStats, Segment, pack_documents, split_into_chunks
+from testbed.pretrain.bin_packing import Bins, reference_best_fit_pack, segment_tree_best_fit_pack
+from testbed.pretrain.packing import (
+    PackingStats,
+    Segment,
+    iter_bin_packed_arrays,
+    iter_packed_sequences,
+    pack_documents,
+    split_into_chunks,
+)
 from testbed.pretrain.synthetic_documents import lognormal_document_lengths
 
-DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
-HUGE_SIZE = 10_000_000
+DEFAULT_SIZES = (10_000, 200_000)
+STREAM_SIZE = 10_000_000
+# "<method> mmap" reads the lengths from a memory-mapped .npy file instead of a generator of ints,
+# which is how a prepared corpus holds them and leaves out the generator's per-document cost.
+STREAM_METHODS = ("best_fit", "best_fit_arrays", "concat", "best_fit mmap", "best_fit_arrays mmap")
+# (sequences, segment documents) of one packing: what PackingStats needs.
+Packing = tuple[int, np.ndarray | None]
 
 
 def chunk_then(packer: Callable[[np.ndarray, int], Bins]) -> Callable[[np.ndarray, int], list[list[Segment]]]:
@@ -54,13 +82,17 @@ def packed_with(method: str) -> Callable[[np.ndarray, int], list[list[Segment]]]
     return lambda lengths, capacity: pack_documents(lengths, capacity, method)
 
 
-def packers(
-    scan_max: int, knapsack_max: int, n_documents: int,
-) -> dict[str, Callable[[np.ndarray, int], list[list[Segment]]]]:
-    """The methods to time at this size."""
-    methods: dict[str, Callable[[np.ndarray, int], list[list[Segment]]]] = {
-        name: packed_with(name) for name in ("best_fit", "first_fit", "concat")
-    }
+def best_fit_arrays(lengths: np.ndarray, capacity: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """best_fit's packing as arrays: one (segments, offsets) pair (a single buffer)."""
+    return list(iter_bin_packed_arrays(lengths, capacity, "best_fit"))
+
+
+def packers(scan_max: int, knapsack_max: int, n_documents: int) -> dict[str, Callable[[np.ndarray, int], Any]]:
+    """The project's methods and the re-implemented peers to time at this size."""
+    methods: dict[str, Callable[[np.ndarray, int], Any]] = {"best_fit": packed_with("best_fit"),
+                                                            "best_fit_arrays": best_fit_arrays}
+    methods["best_fit_tree"] = chunk_then(segment_tree_best_fit_pack)
+    methods.update({name: packed_with(name) for name in ("first_fit", "concat")})
     methods["trl_bfd_split*"] = chunk_then(trl_style_bfd_split)
     if n_documents <= knapsack_max:
         methods["lf_knapsack*"] = chunk_then(llamafactory_style_greedy_knapsack)
@@ -69,47 +101,205 @@ def packers(
     return methods
 
 
-def time_packing(
-    pack: Callable[[np.ndarray, int], list[list[Segment]]], lengths: np.ndarray, capacity: int
-) -> tuple[float, PackingStats]:
-    """Seconds taken by one packing run, and the packing's statistics."""
+def as_packing(result: Any) -> Packing:
+    """Sequence count and segment documents of a packer's output (lists, arrays or a TRL dataset)."""
+    if isinstance(result, list) and result and isinstance(result[0], tuple) and isinstance(result[0][0], np.ndarray):
+        segments, offsets = zip(*result)
+        return sum(o.size - 1 for o in offsets), np.concatenate([s[:, 0] for s in segments])
+    if isinstance(result, list):
+        return len(result), np.fromiter((segment[0] for seq in result for segment in seq), dtype=np.int64)
+    return len(result), None  # a TRL dataset: it does not say which document each piece came from
+
+
+def time_packing(pack: Callable[[np.ndarray, int], Any], argument: Any, lengths: np.ndarray,
+                 capacity: int) -> tuple[float, Packing]:
+    """Seconds taken by one packing run, and what its statistics need."""
     gc.collect()  # do not bill this run for the previous run's garbage
     start = time.perf_counter()
-    sequences = pack(lengths, capacity)
+    result = pack(argument, capacity)
     seconds = time.perf_counter() - start
-    return seconds, PackingStats.from_sequences(sequences, lengths, capacity)
+    return seconds, as_packing(result)
 
 
-def main() -> None:
-    """Run the benchmark and print the table."""
+def trl_dataset(lengths: np.ndarray) -> Any:
+    """An in-memory `datasets.Dataset` with one int32 ``input_ids`` list per document."""
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.arange(offsets[-1], dtype=np.int32) % 50_000  # token ids; their values do not matter
+    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    return datasets.Dataset(InMemoryTable(pa.table({"input_ids": column})))
+
+
+def real_trl() -> Callable[[Any, int], Any] | None:
+    """``trl.pack_dataset(..., strategy="bfd_split")``, or None (with one printed line) without trl."""
+    try:
+        import datasets
+        import trl
+        from trl import pack_dataset
+    except ImportError as error:
+        print(f"real TRL skipped: {error} (pip install -e '.[bench]' to measure it)")
+        return None
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    print(f"real TRL: trl {trl.__version__}, datasets {datasets.__version__}")
+    return lambda dataset, capacity: pack_dataset(dataset, capacity, strategy="bfd_split")
+
+
+def print_row(n_documents: int, name: str, seconds: float, reference_seconds: float, packing: Packing,
+              lengths: np.ndarray, capacity: int) -> PackingStats:
+    """One table row; returns the packing's statistics."""
+    n_sequences, segment_docs = packing
+    stats = PackingStats.from_segment_documents(
+        segment_docs if segment_docs is not None else np.zeros(0, np.int64), n_sequences, lengths, capacity)
+    truncated = f"{100 * stats.truncated_share:>8.2f}%" if segment_docs is not None else f"{'n/a':>9}"
+    print(f"{n_documents:>10,} {name:<16} {seconds:>8.3f} {1e6 * seconds / n_documents:>8.2f} "
+          f"{n_documents / seconds:>11,.0f} {seconds / reference_seconds:>10.2f} {stats.n_sequences:>10,} "
+          f"{stats.n_sequences / stats.lower_bound:>9.5f} {truncated}")
+    return stats
+
+
+def run_size(n_documents: int, args: argparse.Namespace, trl_pack: Callable[[Any, int], Any] | None) -> None:
+    """Time every method on one set of documents, then print best_fit against real TRL."""
+    lengths = lognormal_document_lengths(n_documents, np.random.default_rng(args.seed))
+    results: dict[str, tuple[float, PackingStats]] = {}
+    for name, pack in packers(args.scan_max, args.knapsack_max, n_documents).items():
+        seconds, packing = time_packing(pack, lengths, lengths, args.capacity)
+        reference = results["best_fit"][0] if results else seconds
+        results[name] = seconds, print_row(n_documents, name, seconds, reference, packing, lengths, args.capacity)
+    if trl_pack is not None and n_documents <= args.trl_max:
+        dataset = trl_dataset(lengths)
+        seconds, packing = time_packing(trl_pack, dataset, lengths, args.capacity)
+        del dataset
+        results["trl"] = seconds, print_row(n_documents, "TRL pack_dataset", seconds, results["best_fit"][0],
+                                            packing, lengths, args.capacity)
+        (fit_seconds, fit), (trl_seconds, trl) = results["best_fit"], results["trl"]
+        print(f"{'':>10} -> best_fit is {trl_seconds / fit_seconds:.1f}x as fast as TRL bfd_split "
+              f"(arrays: {trl_seconds / results['best_fit_arrays'][0]:.1f}x); sequences / lower bound "
+              f"{fit.n_sequences / fit.lower_bound:.5f} vs TRL {trl.n_sequences / trl.lower_bound:.5f}")
+    print(f"{'':>10} -> concat / best_fit time: {results['concat'][0] / results['best_fit'][0]:.2f}")
+
+
+def length_blocks(n_documents: int, seed: int, block: int = 100_000) -> Iterator[np.ndarray]:
+    """Log-normal lengths drawn one block at a time (nothing is kept)."""
+    rng = np.random.default_rng(seed)
+    for low in range(0, n_documents, block):
+        yield lognormal_document_lengths(min(block, n_documents - low), rng)
+
+
+def streamed_lengths(n_documents: int, seed: int) -> Iterator[int]:
+    """The lengths of `length_blocks`, handed out one by one."""
+    for block in length_blocks(n_documents, seed):
+        yield from block.tolist()
+
+
+def memory_kib() -> tuple[int, int]:
+    """(resident, peak resident) memory of this process in KiB.
+
+    From /proc/self/status where there is one: after fork and exec, ru_maxrss still counts the
+    parent's pages, while VmHWM starts afresh with the new program.
+    """
+    try:
+        status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+        return int(status["VmRSS"].split()[0]), int(status["VmHWM"].split()[0])
+    except (OSError, KeyError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak, peak
+
+
+def memory_mapped_lengths(n_documents: int, seed: int, folder: str) -> np.ndarray:
+    """The stream's lengths written block by block to a .npy file, opened memory-mapped."""
+    path = f"{folder}/lengths.npy"
+    stored = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(n_documents,))
+    low = 0
+    for block in length_blocks(n_documents, seed):
+        stored[low: low + block.size] = block
+        low += block.size
+    stored.flush()
+    del stored
+    return np.load(path, mmap_mode="r")
+
+
+def stream_child(method: str, n_documents: int, capacity: int, buffer_size: int, seed: int) -> None:
+    """In a child process: pack a stream, print seconds, sequences, tokens and memory."""
+    method, _, source = method.partition(" ")
+    with tempfile.TemporaryDirectory() as folder:
+        lengths: Iterable[int] = (memory_mapped_lengths(n_documents, seed, folder) if source == "mmap"
+                                  else streamed_lengths(n_documents, seed))
+        before_kib, _ = memory_kib()
+        start = time.perf_counter()
+        if method == "best_fit_arrays":
+            n_sequences = 0
+            for rows, offsets in iter_bin_packed_arrays(lengths, capacity, "best_fit", buffer_size):
+                n_sequences += offsets.size - 1
+                del rows, offsets  # a consumer that keeps nothing: only the packer's memory is measured
+        else:
+            # concat's output does not depend on the block size; its default block is the fastest.
+            n_sequences = sum(1 for _ in iter_packed_sequences(lengths, capacity, method,
+                                                               None if method == "concat" else buffer_size))
+        seconds = time.perf_counter() - start
+        _, peak_kib = memory_kib()
+    tokens = sum(int(block.sum()) for block in length_blocks(n_documents, seed))  # the same stream, after the clock
+    print(seconds, n_sequences, tokens, before_kib, peak_kib)
+
+
+def run_streams(args: argparse.Namespace) -> None:
+    """The streaming rows: each method at stream_size / 10 and stream_size documents, one child each."""
+    print(f"\nstreaming: lengths from a generator, buffers of {args.buffer_size:,} documents, one child process per "
+          f"row (peak RSS = VmHWM; before = RSS at the start of packing)")
+    print(f"{'documents':>11} {'method':<20} {'seconds':>8} {'us/doc':>7} {'seq / LB':>9} "
+          f"{'RSS before':>10} {'peak RSS':>9}")
+    for n_documents in (args.stream_size // 10, args.stream_size):
+        for method in STREAM_METHODS:
+            command = [sys.executable, __file__, "--stream-child", method, str(n_documents), "--capacity",
+                       str(args.capacity), "--buffer-size", str(args.buffer_size), "--seed", str(args.seed)]
+            fields = subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()
+            seconds, n_sequences, tokens = float(fields[0]), int(fields[1]), int(fields[2])
+            before_mib, peak_mib = int(fields[3]) / 1024, int(fields[4]) / 1024
+            lower_bound = -(-tokens // args.capacity)
+            print(f"{n_documents:>11,} {method:<20} {seconds:>8.2f} {1e6 * seconds / n_documents:>7.2f} "
+                  f"{n_sequences / lower_bound:>9.5f} {before_mib:>8.0f}MB {peak_mib:>7.0f}MB")
+
+
+def parse_args() -> argparse.Namespace:
+    """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
-    parser.add_argument("--huge", action="store_true", help=f"also run {HUGE_SIZE:,} documents (about 3 minutes, 4 GB)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(DEFAULT_SIZES))
     parser.add_argument("--capacity", type=int, default=2048)
     parser.add_argument("--scan-max", type=int, default=10_000, help="largest size for best_fit_scan")
     parser.add_argument("--knapsack-max", type=int, default=100_000, help="largest size for lf_knapsack*")
+    parser.add_argument("--trl-max", type=int, default=200_000, help="largest size for real TRL")
+    parser.add_argument("--stream-size", type=int, default=STREAM_SIZE, help="documents in the streaming row (0: skip)")
+    parser.add_argument("--buffer-size", type=int, default=1_000_000, help="documents per buffer when streaming")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    sizes = [*args.sizes, HUGE_SIZE] if args.huge else args.sizes
+    parser.add_argument("--stream-child", nargs=2, metavar=("METHOD", "DOCUMENTS"), help=argparse.SUPPRESS)
+    return parser.parse_args()
 
-    header = f"{'documents':>10} {'method':<14} {'seconds':>8} {'us/doc':>8} {'docs/s':>11} {'x best_fit':>10} " \
-             f"{'sequences':>10} {'extra seq':>10} {'truncated':>9}"
+
+def main() -> None:
+    """Run the benchmark and print the tables."""
+    args = parse_args()
+    if args.stream_child:
+        stream_child(args.stream_child[0], int(args.stream_child[1]), args.capacity, args.buffer_size, args.seed)
+        return
     print(f"L = {args.capacity}, log-normal lengths (median 450, mean 825), seed {args.seed}")
+    trl_pack = real_trl()
     warm_up = lognormal_document_lengths(2_000, np.random.default_rng(args.seed))
     # The first calls pay for imports and caches.
     for pack in packers(args.scan_max, args.knapsack_max, len(warm_up)).values():
         pack(warm_up, args.capacity)
+    if trl_pack is not None:
+        trl_pack(trl_dataset(warm_up), args.capacity)
+    header = f"{'documents':>10} {'method':<16} {'seconds':>8} {'us/doc':>8} {'docs/s':>11} {'x best_fit':>10} " \
+             f"{'sequences':>10} {'seq / LB':>9} {'truncated':>9}"
     print(header)
     print("-" * len(header))
-    for n_documents in sizes:
-        lengths = lognormal_document_lengths(n_documents, np.random.default_rng(args.seed))
-        best_fit_seconds = None
-        for name, pack in packers(args.scan_max, args.knapsack_max, n_documents).items():
-            seconds, stats = time_packing(pack, lengths, args.capacity)
-            best_fit_seconds = best_fit_seconds or seconds
-            print(f"{n_documents:>10,} {name:<14} {seconds:>8.3f} {1e6 * seconds / n_documents:>8.2f} "
-                  f"{n_documents / seconds:>11,.0f} {seconds / best_fit_seconds:>10.2f} {stats.n_sequences:>10,} "
-                  f"{100 * stats.excess_sequence_share:>9.4f}% {100 * stats.truncated_share:>8.2f}%")
+    for n_documents in args.sizes:
+        run_size(n_documents, args, trl_pack)
+    if args.stream_size:
+        run_streams(args)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """Re-implementations of two peer libraries' sequence packers, for the packing benchmark only.
 
-Neither library is installed here; both functions are written from the algorithms' published
+Neither library is a dependency; both functions are written from the algorithms' published
 descriptions (see /work/shared/reference/pretraining.md, section 2.1), not from their code, and are
-named as re-implementations wherever they are reported. Both take chunk lengths (every length in
-[1, capacity]) and return bins of chunk indices, like `testbed.pretrain.bin_packing`.
+named as re-implementations wherever they are reported. When `trl` is installed (the `bench`
+extra), benchmarks/bench_packing.py also times the real `trl.pack_dataset` beside them. Both take
+chunk lengths (every length in [1, capacity]) and return bins of chunk indices, like
+`testbed.pretrain.bin_packing`.
 
 - `trl_style_bfd_split`: Hugging Face TRL's ``pack_dataset(strategy="bfd_split")``. Over-long rows
   are split into chunks of at most L (done by the caller here, as for every method); each

@@ -12,35 +12,44 @@ A packed sequence is a list of `Segment(doc_id, start, end)`: tokens [start, end
 `doc_id`. Keeping the boundaries lets a trainer build a block-diagonal document mask
 (`position_document_ids`). Bin-packing methods stream in buffers of `buffer_size` documents,
 each packed on its own; concat and pad stream too, and give the same output for any buffer size.
+`iter_bin_packed_arrays` yields the same bin packings as arrays of (doc_id, start, end) rows,
+one buffer at a time, for callers that store them as arrays rather than build Segment lists.
+
+Speed: every step is vectorized per buffer (`bin_packing.best_fit_pack_arrays` places all chunks
+of one length at once; concat is one pass of cumulative sums and floor divisions); what is left
+per sequence is slicing the Segment list. See benchmarks/bench_packing.py.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
-from testbed.pretrain.bin_packing import Bins, best_fit_pack, first_fit_decreasing_pack
+from testbed.pretrain.bin_packing import PackedBins, best_fit_pack, best_fit_pack_arrays, first_fit_decreasing_pack
 from testbed.pretrain.packing_stats import PackingStats
 
 if TYPE_CHECKING:
     from testbed.pretrain.token_store import TokenStore
 
 __all__ = [
-    "Chunks", "PackingStats", "Segment", "best_fit_pack", "document_lengths", "iter_packed_sequences",
-    "materialize_tokens", "pack_documents", "position_document_ids", "split_into_chunks",
+    "Chunks", "PackingStats", "Segment", "best_fit_pack", "document_lengths", "iter_bin_packed_arrays",
+    "iter_packed_sequences", "materialize_tokens", "pack_documents", "position_document_ids", "split_into_chunks",
 ]
 
 PAD_DOCUMENT_ID = -1
 # concat and pad read the stream in blocks of this many documents. Their output does not depend
 # on it (concat carries its open sequence across blocks); it only bounds memory per step.
 STREAM_BLOCK_SIZE = 65_536
-BIN_PACKERS: dict[str, Callable[[np.ndarray, int], Bins]] = {
-    "best_fit": best_fit_pack,
-    "first_fit": first_fit_decreasing_pack,
+BIN_PACKERS: dict[str, Callable[[np.ndarray, int], PackedBins]] = {
+    "best_fit": best_fit_pack_arrays,
+    "first_fit": lambda lengths, capacity: PackedBins.from_lists(first_fit_decreasing_pack(lengths, capacity)),
 }
 METHODS = (*BIN_PACKERS, "concat", "pad")
 
@@ -102,13 +111,13 @@ def pack_documents(
     `buffer_size`, bin-packing methods pack each run of that many documents separately
     (for concat and pad it only sets the streaming block size).
     """
-    return list(iter_packed_sequences(document_lengths(documents).tolist(), capacity, method, buffer_size))
+    return list(iter_packed_sequences(document_lengths(documents), capacity, method, buffer_size))
 
 
 def iter_packed_sequences(
     lengths: Iterable[int], capacity: int, method: str = "best_fit", buffer_size: int | None = None
 ) -> Iterator[list[Segment]]:
-    """Streaming form of `pack_documents` over an iterable of document lengths."""
+    """Streaming form of `pack_documents` over an iterable (or array) of document lengths."""
     if method in BIN_PACKERS:
         return _iter_bin_packed(lengths, capacity, BIN_PACKERS[method], buffer_size)
     if method == "concat":
@@ -144,33 +153,102 @@ def materialize_tokens(
     return tokens
 
 
-def _buffers(lengths: Iterable[int], buffer_size: int | None) -> Iterator[tuple[int, list[int]]]:
-    # Yields (id of the buffer's first document, lengths in the buffer).
-    if buffer_size is None:
-        yield 0, list(lengths)
-        return
-    if buffer_size < 1:
+def iter_bin_packed_arrays(
+    lengths: Iterable[int], capacity: int, method: str = "best_fit", buffer_size: int | None = None
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The bin packing of `iter_packed_sequences` one buffer at a time, as arrays.
+
+    Yields (segments, offsets) per buffer: `segments` is an (n, 3) int64 array of
+    (doc_id, start, end) rows, and that buffer's sequence i is rows offsets[i]:offsets[i + 1].
+    """
+    if method not in BIN_PACKERS:
+        raise ValueError(f"iter_bin_packed_arrays packs with one of {tuple(BIN_PACKERS)}, not {method!r}")
+    for first_doc_id, buffer in _buffers(lengths, buffer_size):
+        # The work is in a function so that nothing of one buffer outlives its yield (memory
+        # stays at one buffer, whatever the stream's length).
+        yield _bin_packed_rows(buffer, first_doc_id, capacity, BIN_PACKERS[method])
+
+
+def _bin_packed_rows(
+    buffer: np.ndarray, first_doc_id: int, capacity: int, packer: Callable[[np.ndarray, int], PackedBins]
+) -> tuple[np.ndarray, np.ndarray]:
+    # One buffer's (doc_id, start, end) rows in sequence order, and its sequence offsets.
+    chunks = split_into_chunks(buffer, capacity, first_doc_id)
+    packed = packer(chunks.lengths, capacity)
+    starts = chunks.starts[packed.items]
+    return np.stack([chunks.doc_ids[packed.items], starts, starts + chunks.lengths[packed.items]], axis=1), \
+        packed.offsets
+
+
+def _buffers(lengths: Iterable[int], buffer_size: int | None) -> Iterator[tuple[int, np.ndarray]]:
+    # Yields (id of the buffer's first document, lengths in the buffer); an array is sliced,
+    # any other iterable is read one buffer at a time.
+    if buffer_size is not None and buffer_size < 1:
         raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
+    if isinstance(lengths, np.ndarray):
+        step = buffer_size or max(lengths.size, 1)
+        for low in range(0, lengths.size, step):
+            yield low, lengths[low: low + step]
+        if not lengths.size and buffer_size is None:
+            yield 0, lengths
+        return
+    if buffer_size is None:
+        yield 0, np.fromiter(lengths, dtype=np.int64)
+        return
     iterator = iter(lengths)
     first_doc_id = 0
-    while buffer := list(itertools.islice(iterator, buffer_size)):
+    while (buffer := np.fromiter(itertools.islice(iterator, buffer_size), dtype=np.int64)).size:
         yield first_doc_id, buffer
-        first_doc_id += len(buffer)
+        first_doc_id += buffer.size
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    # Building a buffer's segment lists allocates one tuple per segment and one list per
+    # sequence, none of them cyclic; left on, the cyclic collector would rescan every live
+    # object many times over (measured: half of best_fit's end-to-end time at 200k documents).
+    # Never held across a `yield`: the caller's code runs with the collector as it left it.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+# Segment(*row) without the Python-level __new__ of a NamedTuple: tuple.__new__(Segment, row) runs in C.
+_new_segment = partial(tuple.__new__, Segment)
+
+
+def _segment_list(doc_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[Segment]:
+    return list(map(_new_segment, zip(doc_ids.tolist(), starts.tolist(), ends.tolist())))
+
+
+def _slices(segments: list[Segment], bounds: list[int]) -> list[list[Segment]]:
+    # segments[bounds[i]:bounds[i + 1]] for every i, without a Python-level loop.
+    return list(map(segments.__getitem__, map(slice, bounds[:-1], bounds[1:])))
 
 
 def _chunk_segments(chunks: Chunks) -> list[Segment]:
-    ends = chunks.starts + chunks.lengths
-    return list(map(Segment, chunks.doc_ids.tolist(), chunks.starts.tolist(), ends.tolist()))
+    return _segment_list(chunks.doc_ids, chunks.starts, chunks.starts + chunks.lengths)
 
 
 def _iter_bin_packed(
-    lengths: Iterable[int], capacity: int, packer: Callable[[np.ndarray, int], Bins], buffer_size: int | None
+    lengths: Iterable[int], capacity: int, packer: Callable[[np.ndarray, int], PackedBins], buffer_size: int | None
 ) -> Iterator[list[Segment]]:
     for first_doc_id, buffer in _buffers(lengths, buffer_size):
-        chunks = split_into_chunks(buffer, capacity, first_doc_id)
-        segments = _chunk_segments(chunks)
-        for bin_items in packer(chunks.lengths, capacity):
-            yield [segments[i] for i in bin_items]
+        # Held only by the `yield from`, so one buffer's lists are freed before the next is built.
+        yield from _bin_packed_sequences(buffer, first_doc_id, capacity, packer)
+
+
+def _bin_packed_sequences(
+    buffer: np.ndarray, first_doc_id: int, capacity: int, packer: Callable[[np.ndarray, int], PackedBins]
+) -> list[list[Segment]]:
+    rows, offsets = _bin_packed_rows(buffer, first_doc_id, capacity, packer)
+    # Rows already in sequence order, so each sequence is one slice of the segment list.
+    with _gc_paused():
+        return _slices(_segment_list(rows[:, 0], rows[:, 1], rows[:, 2]), offsets.tolist())
 
 
 def _iter_concatenated(lengths: Iterable[int], capacity: int, block_size: int) -> Iterator[list[Segment]]:
@@ -180,15 +258,25 @@ def _iter_concatenated(lengths: Iterable[int], capacity: int, block_size: int) -
     pending_sequence = -1
     stream_offset = 0
     for first_doc_id, block in _buffers(lengths, block_size):
-        block_lengths = np.asarray(block, dtype=np.int64)
-        sequence_ids, segments = _concatenated_segments(block_lengths, first_doc_id, stream_offset, capacity)
-        stream_offset += int(block_lengths.sum())
-        for low, high in _runs(sequence_ids):
-            if sequence_ids[low] != pending_sequence:
-                if pending:
-                    yield pending
-                pending, pending_sequence = [], int(sequence_ids[low])
-            pending.extend(segments[low:high])
+        with _gc_paused():
+            sequence_ids, segments = _concatenated_segments(block, first_doc_id, stream_offset, capacity)
+            bounds = _runs(sequence_ids)
+            complete = _slices(segments, bounds[1:-1]) if len(bounds) > 3 else []
+        stream_offset += int(block.sum())
+        if not segments:
+            continue
+        if sequence_ids[0] != pending_sequence:
+            if pending:
+                yield pending
+            pending = []
+        pending.extend(segments[: bounds[1]])
+        # Every run but the last is a complete sequence; the last may continue in the next block.
+        if len(bounds) > 2:
+            yield pending
+            yield from complete
+            pending = segments[bounds[-2]:]
+        pending_sequence = int(sequence_ids[-1])
+        del segments, complete  # one block's lists at a time
     if pending:
         yield pending
 
@@ -196,29 +284,31 @@ def _iter_concatenated(lengths: Iterable[int], capacity: int, block_size: int) -
 def _concatenated_segments(
     lengths: np.ndarray, first_doc_id: int, stream_offset: int, capacity: int
 ) -> tuple[np.ndarray, list[Segment]]:
-    # The stream is cut at every document boundary and every multiple of `capacity`; each
-    # piece between two consecutive cuts is one segment, in sequence (piece start // capacity).
-    doc_starts = stream_offset + np.concatenate([[0], np.cumsum(lengths)])
-    first_sequence_cut = -(-stream_offset // capacity) * capacity
-    sequence_cuts = np.arange(first_sequence_cut, doc_starts[-1] + 1, capacity)
-    cuts = np.union1d(doc_starts, sequence_cuts)
-    piece_starts, piece_ends = cuts[:-1], cuts[1:]
-    # The last document starting at or before a piece's start is the non-empty one holding it.
-    local_doc = np.searchsorted(doc_starts, piece_starts, side="right") - 1
+    # The stream is cut at every multiple of `capacity`: a document on stream tokens [s, e)
+    # falls into sequences s // L .. (e - 1) // L, and its piece in sequence q is
+    # [max(s, q L), min(e, (q + 1) L)). One pass of cumulative sums and floor divisions, no sort.
+    lengths = np.asarray(lengths, dtype=np.int64)
+    doc_ends = stream_offset + np.cumsum(lengths)
+    doc_starts = doc_ends - lengths
+    first_sequence = doc_starts // capacity
+    n_pieces = np.where(lengths > 0, (doc_ends - 1) // capacity - first_sequence + 1, 0)
+    local_doc = np.repeat(np.arange(lengths.size), n_pieces)
+    first_piece = np.cumsum(n_pieces) - n_pieces
+    sequence = first_sequence[local_doc] + np.arange(local_doc.size) - first_piece[local_doc]
     offsets = doc_starts[local_doc]
-    segments = list(map(Segment, (local_doc + first_doc_id).tolist(), (piece_starts - offsets).tolist(),
-                        (piece_ends - offsets).tolist()))
-    return piece_starts // capacity, segments
+    starts = np.maximum(offsets, sequence * capacity) - offsets
+    ends = np.minimum(doc_ends[local_doc], (sequence + 1) * capacity) - offsets
+    return sequence, _segment_list(local_doc + first_doc_id, starts, ends)
 
 
-def _runs(values: np.ndarray) -> list[tuple[int, int]]:
-    # [low, high) index ranges of the runs of equal consecutive values.
-    bounds = [0, *(np.flatnonzero(np.diff(values)) + 1).tolist(), len(values)]
-    return list(zip(bounds[:-1], bounds[1:])) if len(values) else []
+def _runs(values: np.ndarray) -> list[int]:
+    # Bounds [0, ..., len] of the runs of equal consecutive values (run i is bounds[i]:bounds[i + 1]).
+    return [0, *(np.flatnonzero(np.diff(values)) + 1).tolist(), len(values)]
 
 
 def _iter_padded(lengths: Iterable[int], capacity: int, block_size: int) -> Iterator[list[Segment]]:
     # One document (or one chunk of a long document) per sequence; the rest is padding.
     for first_doc_id, block in _buffers(lengths, block_size):
-        for segment in _chunk_segments(split_into_chunks(block, capacity, first_doc_id)):
-            yield [segment]
+        with _gc_paused():
+            sequences = [[segment] for segment in _chunk_segments(split_into_chunks(block, capacity, first_doc_id))]
+        yield from sequences

@@ -6,8 +6,10 @@ Best-Fit Decreasing run in O(N log L) instead of O(N * bins): chunk lengths are 
 that is >= w" in O(log L), whatever the number of open bins.
 
 `MaxSegmentTree` is the one max-tree of the packers: integer leaves, an O(log n) update and an
-O(log n) "leftmost leaf holding at least w" query. Best-Fit Decreasing indexes it by capacity,
-First-Fit Decreasing (`bin_packing.first_fit_decreasing_pack`) by bin id.
+O(log n) "leftmost leaf holding at least w" query. Item-by-item Best-Fit Decreasing
+(`bin_packing.segment_tree_best_fit_pack`, which `best_fit_pack` uses for buffers with few chunks
+per distinct length; larger ones are packed a whole length at a time, `grouped_best_fit_pack`)
+indexes it by capacity, First-Fit Decreasing (`bin_packing.first_fit_decreasing_pack`) by bin id.
 
 `BinsByCapacity` is that tree over capacities plus, per capacity, a min-heap of the ids of the open bins
 with exactly that much space left. The heap makes the tie-break deterministic: among bins with
@@ -98,7 +100,7 @@ class BinsByCapacity(MaxSegmentTree):
 
     # The smallest remaining capacity >= `length` among open bins, or -1 if none: leaves are
     # ordered by capacity, so the leftmost leaf >= length is the best fit. An alias rather than
-    # a wrapper, since best_fit_pack calls it once per item.
+    # a wrapper, since segment_tree_best_fit_pack calls it once per item.
     smallest_fitting_capacity = MaxSegmentTree.leftmost_at_least
 
     def pop_bin(self, remaining: int) -> int:

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from testbed.pretrain.bin_packing import best_fit_pack, first_fit_decreasing_pack, reference_best_fit_pack
+from testbed.pretrain import bin_packing
+from testbed.pretrain.bin_packing import (
+    Bins,
+    best_fit_pack,
+    first_fit_decreasing_pack,
+    grouped_best_fit_pack,
+    reference_best_fit_pack,
+    segment_tree_best_fit_pack,
+)
 from testbed.pretrain.packing import (
     PackingStats,
     Segment,
+    iter_bin_packed_arrays,
     iter_packed_sequences,
     materialize_tokens,
     pack_documents,
@@ -55,16 +67,53 @@ def test_best_fit_and_first_fit_differ_where_a_tighter_later_bin_exists() -> Non
     assert first_fit == [[1, 3], [2, 0]]
 
 
-@pytest.mark.parametrize("capacity", [1, 7, 64, 300])
+BEST_FIT_PACKERS: dict[str, Callable[[np.ndarray, int], Bins]] = {
+    "grouped": lambda lengths, capacity: grouped_best_fit_pack(lengths, capacity).as_lists(),
+    "dispatching": best_fit_pack,
+    "segment_tree": segment_tree_best_fit_pack,
+}
+
+
+@pytest.mark.parametrize("packer", BEST_FIT_PACKERS)
+@pytest.mark.parametrize("capacity", [1, 2, 7, 64, 300])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_segment_tree_best_fit_equals_reference_on_random_inputs(capacity: int, seed: int) -> None:
-    # Prepare: many ties in length, so the tie-breaking rule is exercised.
-    lengths = np.random.default_rng(seed).integers(1, capacity + 1, size=400)
+def test_best_fit_equals_reference_on_random_inputs(packer: str, capacity: int, seed: int) -> None:
+    # Prepare: many ties in length, so the tie-breaking rule is exercised; sizes from 0 up.
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, capacity + 1, size=int(rng.integers(0, 400)))
     # Execute
-    fast = best_fit_pack(lengths, capacity)
+    fast = BEST_FIT_PACKERS[packer](lengths, capacity)
     reference = reference_best_fit_pack(lengths, capacity)
     # Assert: identical bins, in identical order.
     assert fast == reference
+
+
+def test_grouped_best_fit_equals_the_segment_tree_on_heavy_tailed_chunks() -> None:
+    # Prepare: 20,000 log-normal documents at L = 2048 (the benchmark's distribution).
+    chunks = split_into_chunks(lognormal_document_lengths(20_000, np.random.default_rng(7)), 2048)
+    # Execute
+    grouped = grouped_best_fit_pack(chunks.lengths, 2048)
+    tree = segment_tree_best_fit_pack(chunks.lengths, 2048)
+    # Assert
+    assert grouped.as_lists() == tree
+
+
+def test_grouped_best_fit_steps_per_free_space_not_per_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prepare: count the bucket reads; 30,000 items of 40 distinct lengths.
+    calls = []
+    take = bin_packing._OpenBins.take
+
+    def counted_take(self: bin_packing._OpenBins, space: int, n_bins: int) -> np.ndarray:
+        calls.append(space)
+        return take(self, space, n_bins)
+
+    monkeypatch.setattr(bin_packing._OpenBins, "take", counted_take)
+    lengths = np.random.default_rng(0).integers(1, 41, size=30_000) * 50
+    # Execute
+    packed = grouped_best_fit_pack(lengths, 2048)
+    # Assert: far fewer Python-level steps than items, and the same bins as item by item.
+    assert len(calls) < 2_000
+    assert packed.as_lists() == segment_tree_best_fit_pack(lengths, 2048)
 
 
 def test_split_into_chunks_cuts_only_documents_longer_than_capacity() -> None:
@@ -181,6 +230,54 @@ def test_concat_equals_a_token_by_token_split_for_any_block_size(buffer_size: in
     sequences = pack_documents(lengths, capacity, method="concat", buffer_size=buffer_size)
     # Assert
     assert sequences == concatenate_then_split(lengths, capacity)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_concat_equals_a_token_by_token_split_on_random_inputs(seed: int) -> None:
+    # Prepare: zeros, exact multiples of the capacity and documents longer than it.
+    rng = np.random.default_rng(seed)
+    capacity = 8
+    lengths = rng.choice([0, 1, 3, 8, 16, 19], size=120)
+    # Execute
+    blocks = {size: pack_documents(lengths, capacity, "concat", size) for size in (None, 1, 5, 64)}
+    # Assert
+    reference = concatenate_then_split(lengths, capacity)
+    assert all(sequences == reference for sequences in blocks.values())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_array_and_generator_inputs_stream_the_same_sequences(method: str) -> None:
+    # Prepare
+    lengths, capacity = small_random_lengths(seed=8), 64
+    # Execute
+    from_array = list(iter_packed_sequences(lengths, capacity, method, buffer_size=70))
+    from_generator = list(iter_packed_sequences((int(n) for n in lengths), capacity, method, buffer_size=70))
+    # Assert
+    assert from_array == from_generator
+    assert np.all(token_coverage(from_array, lengths) == 1)
+
+
+@pytest.mark.parametrize("method", ["best_fit", "first_fit"])
+def test_bin_packed_arrays_hold_the_same_sequences_as_the_segment_lists(method: str) -> None:
+    # Prepare
+    lengths, capacity, buffer_size = small_random_lengths(seed=9), 64, 90
+    # Execute
+    arrays = list(iter_bin_packed_arrays(lengths, capacity, method, buffer_size))
+    sequences = pack_documents(lengths, capacity, method, buffer_size)
+    # Assert
+    from_arrays = [[Segment(*row) for row in segments[low:high].tolist()]
+                   for segments, offsets in arrays for low, high in zip(offsets[:-1], offsets[1:])]
+    assert from_arrays == sequences
+
+
+def test_packing_leaves_the_garbage_collector_as_it_was() -> None:
+    # Prepare / Execute / Assert: the collector is paused only while a buffer's lists are built.
+    lengths = small_random_lengths(seed=10)
+    assert gc.isenabled()
+    for method in METHODS:
+        for _ in iter_packed_sequences(lengths, 64, method, buffer_size=100):
+            assert gc.isenabled()
+    assert gc.isenabled()
 
 
 def test_pad_puts_one_document_or_chunk_per_sequence() -> None:
