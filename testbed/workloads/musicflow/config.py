@@ -35,6 +35,7 @@ class MusicFlowConfig(StrictModel):
     sample_steps: int = Field(16, gt=0, description="Euler steps per stage for generation and infilling")
     fd_steps: list[int] = Field(default_factory=lambda: [2, 4, 8, 16], description="steps for the FD-vs-steps curve")
     infill_fraction: float = Field(0.3, gt=0, lt=1, description="middle share of the frames to infill")
+    infill_draws: int = Field(4, ge=1, description="infilled draws per clip: the FD is their mean, the MSE the best")
 
 
 def check(config: MusicFlowConfig, data: DataConfig) -> None:

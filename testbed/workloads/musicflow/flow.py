@@ -5,8 +5,9 @@ with x_0 ~ N(0, I) and x_1 the data. Masked objective (eq. 3):
 L = E ||m * (v_theta(x_t, x_ctx, c, w, t) - u_t)||^2 / |m|, x_ctx = (1 - m) * x_1, where m is a
 binary temporal mask (1 = frames to generate) and c the per-frame condition (stage 2: the semantic
 features). Sampling integrates dx/dt = v with Euler steps from t = 0 to 1, with classifier-free
-guidance on the text w. The no-masking baseline is trained with m = 1 only and infills by
-replacing the context frames of x_t with the data's own path (`euler_sample(replace=...)`).
+guidance on the text w; the known frames of x_t stay on the data's own path at every step. The
+no-masking baseline is trained with m = 1 only and infills with an empty context input
+(`euler_sample(replace=...)`), so the path of the known frames is all it sees of them.
 """
 
 from __future__ import annotations
@@ -104,9 +105,12 @@ def euler_sample(model: FlowNet, text: torch.Tensor, steps: int, generator: torc
                  replace: bool = False) -> torch.Tensor:
     """Integrate the flow from noise; frames with ``mask`` 0 are taken from ``known``.
 
-    Masked-trained models see ``known`` as context (zero-shot infilling/continuation); with
-    ``replace`` (the no-masking baseline, which never saw context) the context input stays empty
-    and the known frames of x_t are overwritten with the data's own path at every step.
+    At every Euler step the known frames of x_t are set to the data's own path
+    x_t = (1 - (1 - sigma_min) t) x_0 + t x_known with the same noise draw x_0: that is what the
+    network saw there in training (eq. 1), and its velocity was never trained on those frames
+    (eq. 3), so integrating it there would drift the input it reads. Masked-trained models also
+    see ``known`` as context (zero-shot infilling/continuation); with ``replace`` (the no-masking
+    baseline, which never saw context) the context input stays empty and the mask flag full.
     """
     batch, frames = len(text), model.pos.shape[0]
     shape = (batch, frames, model.dim)
@@ -119,7 +123,6 @@ def euler_sample(model: FlowNet, text: torch.Tensor, steps: int, generator: torc
     x = x0
     for i in range(steps):
         t = torch.full((batch,), i / steps)
-        if replace:
-            x = keep * x + (1 - keep) * ot_path(x0, known, t, sigma_min)[0]
+        x = keep * x + (1 - keep) * ot_path(x0, known, t, sigma_min)[0]
         x = x + guided_velocity(model, x, t, context, model_mask, text, cond, guidance) / steps
     return keep * x + (1 - keep) * known
