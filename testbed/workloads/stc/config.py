@@ -17,13 +17,16 @@ if TYPE_CHECKING:
 class STCConfig(StrictModel):
     """Neuron, task, network and optimiser of the STC workload."""
 
-    variant: Literal["stc", "lif", "plif"] = "stc"
+    variant: Literal["stc", "lif", "plif", "if"] = "stc"
     task: Literal["predict", "recall"] = "predict"
     frames_in: int = Field(5, gt=0, description="predict: true input frames before the closed-loop future")
     delay: int = Field(8, gt=0, description="recall: steps between the frame and the cue")
     channels: int = Field(16, gt=0)
     layers: int = Field(2, gt=0)
     groups: int = Field(4, gt=0, description="GroupNorm groups (must divide channels)")
+    gate_groups: int | None = Field(None, gt=0, description=(
+        "groups of the STC gate convolutions C_h, C_v (must divide channels); null: one group per channel "
+        "(depthwise), the authors' 16 groups at 16 channels; 1: full convolutions"))
     lr: float = Field(3e-3, gt=0, description="Adam (the paper: 1e-3 over 500 epochs; faster at this scale)")
     batch_size: int = Field(16, gt=0)
     eval_size: int = Field(200, gt=0, description="test sequences scored at each evaluation")
@@ -41,3 +44,5 @@ def check(config: STCConfig, data: DataConfig) -> None:
                             f"{FRAMES}-frame sequences of moving_digits")
     if config.channels % config.groups:
         raise ScenarioError(f"workload.groups: {config.groups} does not divide channels {config.channels}")
+    if config.gate_groups is not None and config.channels % config.gate_groups:
+        raise ScenarioError(f"workload.gate_groups: {config.gate_groups} does not divide channels {config.channels}")

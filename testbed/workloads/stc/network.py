@@ -19,12 +19,18 @@ PATCH = 2
 class SpikingPredictor(nn.Module):
     """Spiking layers of ``neuron`` cells between a patch embedding and a 1x1 readout."""
 
-    def __init__(self, neuron: str, channels: int, layers: int, frames_in: int, groups: int = 4):
+    def __init__(self, neuron: str, channels: int, layers: int, frames_in: int, groups: int = 4,
+                 gate_groups: int | None = None):
         super().__init__()
         self.frames_in = frames_in  # used by federated evaluation, which gets only the model
         widths = [PATCH * PATCH] + [channels] * layers
-        self.layers = nn.ModuleList(SpikingLayer(a, b, neuron, groups) for a, b in zip(widths, widths[1:]))
+        self.layers = nn.ModuleList(SpikingLayer(a, b, neuron, groups, gate_groups=gate_groups)
+                                    for a, b in zip(widths, widths[1:]))
         self.readout = nn.Conv2d(channels, PATCH * PATCH, 1)
+
+    def parameter_count(self) -> int:
+        """Trainable parameters (the comparison's capacity: LIF, PLIF and IF differ by at most one)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def initial_state(self, batch: int, height: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         shape = (batch, self.readout.in_channels, height // PATCH, width // PATCH)

@@ -1,4 +1,4 @@
-"""STC spiking neurons as a scenario workload (Wang & Yu, ICML 2024): ``variant: stc | lif | plif``.
+"""STC spiking neurons as a scenario workload (Wang & Yu, ICML 2024): ``variant: stc | lif | plif | if``.
 
 ``task: predict`` trains the spiking network to predict moving digits (``data.dataset:
 moving_digits``, `testbed.data.moving_digits`): ``frames_in`` true frames, then the
@@ -34,7 +34,8 @@ SHOWN = 4  # test sequences kept for the report
 
 def build_predictor(config: STCConfig) -> SpikingPredictor:
     """The network; parameters are drawn from torch's global RNG (seed it first)."""
-    return SpikingPredictor(config.variant, config.channels, config.layers, config.frames_in, config.groups)
+    return SpikingPredictor(config.variant, config.channels, config.layers, config.frames_in, config.groups,
+                            config.gate_groups)
 
 
 def prediction_loss(model: SpikingPredictor, frames: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,7 @@ def future_metrics(model: SpikingPredictor, frames: torch.Tensor) -> dict[str, f
 
 
 class STCWorkload(FederatedWorkload):
-    """Convolutional spiking predictor with STC-LIF, LIF or PLIF neurons."""
+    """Convolutional spiking predictor with STC-LIF, LIF, PLIF or non-leaky IF neurons."""
 
     name = "stc"
     Config = STCConfig
@@ -106,7 +107,8 @@ class STCWorkload(FederatedWorkload):
             metrics["mse_mean_frame"] = frame_metrics(mean_frame, self.test_x[:, 0])["mse"]
         else:
             metrics = future_metrics(self.model, self.test_x)
-        return {f"test_{key}": value for key, value in metrics.items()}
+        # The capacity of the comparison: trainable parameters of the network.
+        return {"parameters": float(self.model.parameter_count())} | {f"test_{k}": v for k, v in metrics.items()}
 
     @classmethod
     def model_for(cls, config: StrictModel, data: Dataset) -> torch.nn.Module:
