@@ -19,6 +19,11 @@ class GPGVAEConfig(StrictModel):
 
     variant: Literal["gpgvae", "ungated", "random"] = "gpgvae"
     estimator: Literal["relaxed", "score"] = "relaxed"
+    decoder: Literal["gcn", "best_response"] = Field("gcn", description=(
+        "gcn: the paper's GCN over the sampled A on latent node embeddings Z; best_response: an ablation "
+        "that passes the observed actions through the generator's own best-response map"))
+    pair_correlation: bool = Field(False, description="ablation: also feed each pair's action correlation to "
+                                                      "the edge encoder (the paper's encoder does not get it)")
     graph: Literal["ba", "er", "ws"] = "ba"
     nodes: int = Field(20, ge=4)
     games: int = Field(100, ge=2)
@@ -29,6 +34,8 @@ class GPGVAEConfig(StrictModel):
     pretrain_graphs: int = Field(400, ge=10)
     pretrain_steps: int = Field(300, gt=0)
     kl_weight: float = Field(10.0, ge=0, description="beta_1 of the KL to the prior")
+    latent_kl_weight: float = Field(1.0, ge=0, description="beta_2 of KL(q(Z|X) || N(0, I))")
+    decoder_layers: int = Field(2, gt=0, description="GCN layers of the decoder")
     tau: float = Field(0.5, gt=0, description="temperature of the binary-concrete relaxation")
     baseline_decay: float = Field(0.99, ge=0, lt=1, description="eta of the score function's moving-average baseline")
     width: int = Field(64, gt=0)

@@ -6,7 +6,9 @@ substitute games (unsupervised: the true graphs are used only to score the edge 
 variants differ only in the prior of the KL term: ``gpgvae`` gates ``(1 +- corr) / 2`` by the
 classifier's reading of each graph, ``ungated`` always uses the complement prior ``(1 + corr) / 2``,
 ``random`` uses 0.5. ``estimator: relaxed | score`` picks the Monte Carlo gradient estimator.
-The games are synthetic, so ``data.dataset`` is ignored.
+The decoder is the paper's GCN over the sampled graph on latent node embeddings Z ~ q(Z | X);
+``decoder: best_response`` is an ablation whose likelihood reads the observed actions through the
+generator's best-response map. The games are synthetic, so ``data.dataset`` is ignored.
 
 Example: ``testbed run scenarios/workloads/gpgvae.yaml --no-sweep --set workload.estimator=score``.
 """
@@ -43,7 +45,8 @@ class GPGVAEWorkload(Workload):
     Config = GPGVAEConfig
     config: GPGVAEConfig
     check = staticmethod(check)
-    checkpointed = ("encoder", "slope", "log_scale", "optimizer", "baseline", "train_rng", "steps_done")
+    checkpointed = ("encoder", "node_encoder", "decoder", "slope", "log_scale", "optimizer", "baseline", "train_rng",
+                    "steps_done")
     headline_metric = ("test_auc_substitute", "max")
     report_sections = SECTIONS
 
@@ -58,18 +61,20 @@ class GPGVAEWorkload(Workload):
         with torch.random.fork_rng():
             torch.manual_seed(seeds.integer("model.init"))
             self.encoder = self.build_model()
+            self.node_encoder = model.NodeEncoder(config.games, config.width)
+            self.decoder = model.GCNDecoder(config.games, config.width, config.decoder_layers)
         count = len(self.actions)
-        self.slope = torch.zeros(count, requires_grad=True)  # per-graph best-response slope of the decoder
+        self.slope = torch.zeros(count, requires_grad=True)  # per-graph slope of the best-response ablation
         self.log_scale = torch.full((count,), float(np.log(self.actions.std())), requires_grad=True)
-        # The per-graph decoder scalars learn ten times faster than the shared encoder.
-        groups: list[dict[str, Any]] = [{"params": self.encoder.parameters()},
+        networks = [*self.encoder.parameters(), *self.node_encoder.parameters(), *self.decoder.parameters()]
+        # The per-graph decoder scalars learn ten times faster than the shared networks.
+        groups: list[dict[str, Any]] = [{"params": networks},
                                         {"params": [self.slope, self.log_scale], "lr": 10 * config.lr}]
         self.optimizer = torch.optim.Adam(groups, lr=config.lr)
-        # Moving average of each graph's NLL, started at its value under the initial decoder (slope 0,
-        # where the NLL does not depend on A).
+        # Moving average of each graph's NLL, started at its value under the initial decoder on the empty graph.
         with torch.no_grad():
-            self.baseline = model.best_response_nll(self.actions, torch.zeros_like(self.prior), self.slope,
-                                                    self.log_scale)
+            nll_of, _ = self._decoder_nll(torch.arange(count), seeds.torch("baseline.init"))
+            self.baseline = nll_of(torch.zeros_like(self.prior))
         self.train_rng = seeds.torch("train")
         self.steps_done = 0
 
@@ -88,17 +93,34 @@ class GPGVAEWorkload(Workload):
                                                config.pretrain_steps, seeds.integer("classifier.init"))
 
     def build_model(self) -> torch.nn.Module:
-        return model.EdgeEncoder(self.config.games, self.config.width)
+        return model.EdgeEncoder(self.config.games, self.config.width, pair_correlation=self.config.pair_correlation)
+
+    def _decoder_nll(self, index: torch.Tensor, generator: torch.Generator,
+                     detach: bool = False) -> tuple[model.NLLOfGraph, torch.Tensor]:
+        """The decoder's NLL of graphs ``index`` as a function of a sample of A, and KL_Z per graph.
+
+        GCN decoder: Z ~ q(Z | X) is drawn once here (unit variance, reparametrised), so only Z, not
+        the observed actions, reaches the decoder; the actions are only what it must reconstruct.
+        """
+        actions, log_scale, slope = self.actions[index], self.log_scale[index], self.slope[index]
+        if detach:
+            log_scale, slope = log_scale.detach(), slope.detach()
+        if self.config.decoder == "best_response":
+            return (lambda graph: model.best_response_nll(actions, graph, slope, log_scale)), torch.zeros(len(index))
+        mu = self.node_encoder(actions)
+        latent = mu + torch.randn(mu.shape, generator=generator)
+        return (lambda graph: model.gaussian_nll(actions, self.decoder(latent, graph), log_scale)), model.latent_kl(mu)
 
     def _loss(self, index: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.encoder(self.actions[index])
-        loss, nll = model.elbo_loss(logits, self.actions[index], self.prior[index], self.slope[index],
-                                    self.log_scale[index], self.config.estimator, self.config.kl_weight,
+        nll_of, latent_kl = self._decoder_nll(index, generator)
+        loss, nll = model.elbo_loss(logits, nll_of, self.prior[index], self.config.estimator, self.config.kl_weight,
                                     self.config.tau, self.baseline[index], generator)
-        return loss, nll
+        return loss + self.config.latent_kl_weight * latent_kl.mean(), nll
 
     def train(self, steps: int) -> dict[str, float]:
-        self.encoder.train()
+        for network in (self.encoder, self.node_encoder, self.decoder):
+            network.train()
         total, count = 0.0, len(self.actions)
         for _ in range(steps):
             index = torch.randperm(count, generator=self.train_rng)[: self.config.batch_size]
@@ -122,8 +144,9 @@ class GPGVAEWorkload(Workload):
         baseline = self.baseline[index]
         generator, grads = self.seeds.torch("eval.gradients"), []
         for _ in range(self.config.grad_samples):
-            loss, _ = model.elbo_loss(logits, self.actions[index], self.prior[index], self.slope[index].detach(),
-                                      self.log_scale[index].detach(), self.config.estimator, self.config.kl_weight,
+            with torch.no_grad():  # the decoder is held fixed: only the spread w.r.t. the logits is measured
+                nll_of, _ = self._decoder_nll(index, generator, detach=True)
+            loss, _ = model.elbo_loss(logits, nll_of, self.prior[index], self.config.estimator, self.config.kl_weight,
                                       self.config.tau, baseline, generator)
             grads.append(torch.autograd.grad(loss, logits)[0][:, model.upper_mask(logits.shape[-1])])
         return float(torch.stack(grads).std(0).mean())
