@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UserError
+from testbed.provenance import source_commit
 
 if TYPE_CHECKING:
     from testbed.run import RunFolder
@@ -66,8 +67,6 @@ def flatten(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 def run_tags(run: RunFolder) -> dict[str, str]:
     """The tags that tell runs apart in a tracker: kind, scenario, seed, commit, strategy, attack."""
-    from testbed.provenance import source_commit
-
     values = dict(flatten(run.read_config()))
     tags = {tag: str(values[key]) for tag, key in TAG_KEYS.items() if values.get(key) is not None}
     commit = source_commit()
