@@ -54,7 +54,8 @@ class BaselinesSection(ReportSection):
             xs, ys = _curve(RunFolder(data.path / BASELINES_DIR / name).read_metrics())
             if xs:
                 lines[arm_label(data.config, name)] = (xs, ys)
-        plot_curve(out_dir / "baselines-accuracy.png", "test accuracy per round", "round", lines)
+        plot_curve(out_dir / "baselines-accuracy.png", "test accuracy per round", "round", lines,
+                   ylabel="test accuracy (fraction correct)")
         final = {label: ys[-1] if ys else math.nan for label, (_, ys) in lines.items()}
         rows = [(label, value, value - final[own] if label != own else "") for label, value in final.items()]
         missing = [n for n in names if arm_label(data.config, n) not in lines]

@@ -12,9 +12,10 @@ from matplotlib.patches import Rectangle
 
 from testbed.federated.baselines_report import BaselinesSection
 from testbed.federated.clients_record import dropped, read_rounds
-from testbed.report.plots import figure_image, numeric_series, plot_curve, plot_heatmap, plt
+from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
+from testbed.report.series import is_constant
 from testbed.workloads.oodrobust.report import OodAuditSection
 
 
@@ -28,12 +29,27 @@ class ClientsSection(ReportSection):
         if histograms is None:
             return "<p>No client data recorded.</p>"
         malicious = [int(i) for i in data.artifacts.get("malicious", []) if i >= 0]
-        path = plot_heatmap(out_dir / "client-labels.png", histograms, "client (partition id)", "class",
-                            title="label histogram per client", annotate=False)
         attack = (data.config.get("federated") or {}).get("attack") or {}
-        who = (f"<p>Byzantine clients ({attack.get('name')}): {', '.join(map(str, malicious))}</p>"
+        who = (f"<p>Byzantine clients ({attack.get('name')}, red *): {', '.join(map(str, malicious))}</p>"
                if malicious else "<p>No Byzantine clients.</p>")
-        return who + image(path.name, "label histogram per client")
+        return who + plot_label_histograms(out_dir / "client-labels.png", histograms, set(malicious))
+
+
+def plot_label_histograms(path: Path, histograms: np.ndarray, byzantine: set[int]) -> str:
+    """Examples per class of each client (rows), Byzantine clients' rows labelled red with a star;
+    saved as ``path``, its <img>."""
+    clients = len(histograms)
+    fig, ax = plt.subplots(figsize=(5.6, 0.9 + 0.3 * min(max(clients, 6), 40)), dpi=110)
+    shown = ax.imshow(histograms, cmap="viridis", aspect="auto")
+    fig.colorbar(shown, ax=ax, fraction=0.05, label="examples")
+    if clients <= 40:  # beyond that the labels overlap; the list above names the attackers
+        ax.set_yticks(range(clients), [f"{i} *" if i in byzantine else str(i) for i in range(clients)], fontsize=7)
+        for label, client in zip(ax.get_yticklabels(), range(clients)):
+            if client in byzantine:
+                label.set_color("tab:red")
+                label.set_fontweight("bold")
+    ax.set(xlabel="class", ylabel="client (partition id; red *: Byzantine)", title="examples per class and client")
+    return figure_image(fig, path, "label histogram per client")
 
 
 class RobustnessSection(ReportSection):
@@ -52,25 +68,31 @@ class RobustnessSection(ReportSection):
         mu = float(federated.get("proximal_mu") or 0.0)
         rows = [("strategy", strategy), ("attack", attack),
                 ("local objective", f"FedProx, mu = {mu:g}" if mu > 0 else "plain SGD (mu = 0)"),
-                ("final test accuracy", rounds[-1].get("test_accuracy", math.nan)),
+                ("test accuracy (final round)", rounds[-1].get("test_accuracy", math.nan)),
                 ("clients trained per round (min)", min(r["clients_trained"] for r in rounds)),
                 ("client failures (all rounds)", sum(r.get("clients_failed", 0) for r in rounds))]
-        for key, label in (("malicious_weight", "weight on Byzantine clients (mean)"),
-                           ("detection_precision", "detection precision (mean)"),
-                           ("detection_recall", "detection recall (mean)"),
-                           ("attacker_auroc", "attacker AUROC by weight (mean)"),
-                           ("honest_zeroed", "honest clients zeroed or flagged per round (mean)"),
-                           ("aggregation_s", "server aggregation time, s (mean)")):
+        for key, label in (("malicious_weight", "weight on Byzantine clients"),
+                           ("detection_precision", "detection precision"),
+                           ("detection_recall", "detection recall"),
+                           ("attacker_auroc", "attacker AUROC by weight"),
+                           ("honest_zeroed", "honest clients zeroed or flagged per round"),
+                           ("aggregation_s", "server aggregation time, s")):
             values = [r[key] for r in rounds if key in r]
             if values:
-                rows.append((label, float(np.mean(values))))
-        series = numeric_series(rounds)
-        figures = ""
-        if "malicious_weight" in series:
-            plot_curve(out_dir / "malicious-weight.png", "weight given to Byzantine clients", "round",
-                       {"malicious_weight": series["malicious_weight"]})
-            figures = image("malicious-weight.png", "weight given to Byzantine clients")
-        return table(rows, ("measure", "value")) + figures
+                rows.append((f"{label} (mean over rounds)", float(np.mean(values))))
+        return table(rows, ("measure", "value")) + self._byzantine_weight(rounds, out_dir)
+
+    @staticmethod
+    def _byzantine_weight(rounds: list[dict[str, Any]], out_dir: Path) -> str:
+        """The weight given to Byzantine clients per round, or one sentence when it never changed."""
+        points = numeric_series(rounds).get("malicious_weight")
+        if not points:
+            return ""
+        if is_constant(points[1]):
+            return f"<p>Weight given to Byzantine clients: {points[1][0]:.4g} in every round.</p>"
+        plot_curve(out_dir / "malicious-weight.png", "weight given to Byzantine clients", "round",
+                   {"malicious_weight": points}, ylabel="aggregation weight (sum over Byzantine)")
+        return image("malicious-weight.png", "weight given to Byzantine clients")
 
 
 def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int], dict[str, np.ndarray], np.ndarray]:
@@ -183,4 +205,5 @@ class ClientWeightsSection(ReportSection):
 
 # The robustness report's own sections, right below the summary, in this order.
 LAYOUT = ReportLayout(after_summary=(RobustnessSection(), BaselinesSection(), ClientWeightsSection(), ClientsSection(),
-                                     OodAuditSection()))
+                                     OodAuditSection()),
+                      covered=frozenset({"malicious_weight", "attacker_auroc"}))

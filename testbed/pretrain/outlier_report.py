@@ -19,7 +19,8 @@ from testbed.report.sections import ArraySection, ReportSection, image, table
 if TYPE_CHECKING:
     from testbed.report.render import RunData
 
-NOT_MEASURED = "<p>Outliers were not measured (set <code>pretrain.outliers</code> to measure them).</p>"
+# A run that did not ask for outliers (pretrain.outliers unset) gets no outlier sections at all.
+NOT_MEASURED = ""
 
 
 def _quality_keys(record: dict) -> tuple[str, str]:
@@ -42,9 +43,9 @@ class OutlierSummarySection(ReportSection):
                last["max_inf_norm"], last.get(fp_key, "-"), last.get(quant_key, "-"), last.get("quantization_gap", "-"))
         steps = [r["step"] for r in records]
         plot_curve(out_dir / "outlier-kurtosis.png", "average kurtosis (held-out)", "step",
-                   {"avg_kurtosis": (steps, [r["avg_kurtosis"] for r in records])})
+                   {"avg_kurtosis": (steps, [r["avg_kurtosis"] for r in records])}, ylabel="kurtosis")
         plot_curve(out_dir / "outlier-inf-norm.png", "maximum infinity norm (held-out)", "step",
-                   {"max_inf_norm": (steps, [r["max_inf_norm"] for r in records])})
+                   {"max_inf_norm": (steps, [r["max_inf_norm"] for r in records])}, ylabel="max |activation|")
         per_module = last.get("outliers") or {}
         module_rows = [(name, stats["kurtosis"], stats["inf_norm"]) for name, stats in per_module.items()]
         return (table([row], header)

@@ -27,7 +27,7 @@ class PackingStatsSection(ArraySection):
 
     title = "Packing, side by side"
     requires = ("packing_stats",)
-    missing = "<p>No packing statistics were recorded.</p>"
+    missing = ""  # left out of the page
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         methods = [str(m) for m in arrays["packing_methods"]]
@@ -51,7 +51,7 @@ class LengthHistogramsSection(ArraySection):
 
     title = "Length histograms"
     requires = ("document_lengths",)
-    missing = "<p>No length data were recorded.</p>"
+    missing = ""
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         context = int(arrays["context_length"])
@@ -85,9 +85,11 @@ class LossCurvesSection(ReportSection):
         # A key a model family does not report (the ViT has no perplexity) is left out.
         def curves(keys: tuple[str, ...]) -> dict:
             return {key: (steps, [r[key] for r in records]) for key in keys if key in records[-1]}
-        plot_curve(out_dir / "pretrain-loss.png", "loss", "step", curves(("train_loss", "heldout_loss")))
+        plot_curve(out_dir / "pretrain-loss.png", "loss", "step", curves(("train_loss", "heldout_loss")),
+                   ylabel="cross-entropy (nats per token)")
         plot_curve(out_dir / "pretrain-throughput.png", "tokens/s per process", "step",
-                   curves(("tokens_per_s_per_process", "document_tokens_per_s_per_process")))
+                   curves(("tokens_per_s_per_process", "document_tokens_per_s_per_process")),
+                   ylabel="tokens per second per process")
         last = records[-1]
         rows = [(key, last[key]) for key in ("train_loss", "heldout_loss", "heldout_ppl", "test_accuracy",
                                              "tokens_per_s_per_process", "document_tokens_per_s_per_process")
@@ -104,7 +106,7 @@ class FactRecallSection(ReportSection):
     def render(self, data: RunData, out_dir: Path) -> str:
         final = [r for r in data.metrics if "fact_recall" in r]
         if not final:
-            return "<p>Not a fact-recall run (pretrain.corpus.source: factrecall).</p>"
+            return ""  # not a fact-recall run (pretrain.corpus.source: factrecall): left out
         last = final[-1]
         rows = [("questions", int(last["fact_questions"])),
                 ("recall (answer is the stated fact)", last["fact_recall"]),
@@ -113,7 +115,9 @@ class FactRecallSection(ReportSection):
         return table(rows, ("outcome", "share"))
 
 
-# The pretraining report's own sections, after the metric curves: packing and fact recall, then
-# the outlier and W8A8 sections.
-LAYOUT = ReportLayout(after_metrics=(PackingStatsSection(), LengthHistogramsSection(), LossCurvesSection(),
-                                     FactRecallSection(), *OUTLIER_SECTIONS))
+# The pretraining report's own sections: the losses, fact recall and outliers first (what the run
+# measured), the packing statistics after the generic curves.
+LAYOUT = ReportLayout(after_summary=(LossCurvesSection(), FactRecallSection(), *OUTLIER_SECTIONS),
+                      after_metrics=(PackingStatsSection(), LengthHistogramsSection()),
+                      covered=frozenset({"train_loss", "heldout_loss", "tokens_per_s_per_process",
+                                         "document_tokens_per_s_per_process", "avg_kurtosis", "max_inf_norm"}))

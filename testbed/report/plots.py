@@ -53,13 +53,14 @@ def safe_name(text: str) -> str:
 
 
 def plot_curve(path: Path, title: str, xlabel: str,
-               lines: Mapping[str, tuple[Sequence[float], Sequence[float]]]) -> Path:
-    """One line plot with a legend; returns the PNG's path."""
+               lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], ylabel: str = "") -> Path:
+    """One line plot with a legend (two lines or more); returns the PNG's path."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
     for label, (xs, ys) in lines.items():
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel or title)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if len(lines) > 1:
@@ -70,16 +71,54 @@ def plot_curve(path: Path, title: str, xlabel: str,
     return path
 
 
-def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", annotate: bool = True) -> Path:
-    """A matrix as an annotated heatmap (confusion matrices, pairwise privacy losses)."""
+def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", annotate: bool = True,
+                 value_label: str = "", cells: str = "cells") -> Path:
+    """A matrix as a heatmap (confusion matrices, pairwise privacy losses); NaN cells stay blank.
+
+    The colours span the finite values' own range. When those lie within 1% of the largest, the
+    title says so (``all <cells> within [a, b]``): a map stretched over a sliver of range would
+    otherwise read as large differences, and a constant one as nothing at all. Positive values
+    spanning more than two orders of magnitude get a log scale. Numbers are written into the
+    cells of a matrix of at most 12 x 12 (larger ones would not be legible), black on light
+    colours and white on dark ones. ``value_label`` labels the colour bar (what and its unit).
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    finite = matrix[np.isfinite(matrix)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    narrow = finite.size > 0 and (high == low or high - low < 0.01 * abs(high))
+    if low > 0 and high > 100 * low:
+        norm: matplotlib.colors.Normalize = matplotlib.colors.LogNorm(low, high)
+    elif high == low:  # a constant matrix: centre its one colour on the scale
+        pad = max(abs(low) * 0.01, 1e-12)
+        norm = matplotlib.colors.Normalize(low - pad, high + pad)
+    else:
+        norm = matplotlib.colors.Normalize(low, high)
+    cmap = matplotlib.colormaps["viridis"]
     fig, ax = plt.subplots(figsize=(5.0, 4.2), dpi=110)
-    shown = ax.imshow(matrix, cmap="viridis")
-    fig.colorbar(shown, ax=ax)
+    shown = ax.imshow(matrix, cmap=cmap, norm=norm)
+    fig.colorbar(shown, ax=ax, label=value_label)
     if annotate and max(matrix.shape) <= 12:
+        digits = ".4g" if narrow else ".3g"  # a narrow range differs only in the later digits
+        size = 9 if max(matrix.shape) <= 10 else 7  # as large as the cells allow
         for (row, col), value in np.ndenumerate(matrix):
-            ax.text(col, row, f"{value:.3g}", ha="center", va="center", color="w", fontsize=7)
+            if np.isfinite(value):
+                ax.text(col, row, format(value, digits), ha="center", va="center", fontsize=size,
+                        color=_text_colour(cmap(norm(value))))
+    if narrow:
+        note = f"all {cells} within [{low:.4g}, {high:.4g}]"
+        title = f"{title}\n({note})" if title else note
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    for axis in (ax.xaxis, ax.yaxis):  # rows and columns are indices: no ticks between cells
+        axis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _text_colour(rgba) -> str:
+    """Black on a light cell, white on a dark one: whichever contrasts more with the cell's relative
+    luminance (WCAG 2: linearised sRGB, the two contrasts cross at about 0.179)."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "black" if luminance > 0.179 else "white"

@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.sections import ConfigSection, MetricCurvesSection, ReportLayout, ReportSection, SummarySection
+from testbed.report.sections import (
+    ConfigSection,
+    FinalValuesSection,
+    MetricCurvesSection,
+    ReportLayout,
+    ReportSection,
+    RunLineSection,
+)
 from testbed.run import RunFolder
 
 STYLE = """
@@ -20,7 +27,7 @@ body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#2
 h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
 th{background:#f3f3f3} .grid{display:flex;flex-wrap:wrap;gap:.5rem} figure{margin:0;flex:1 1 45%;min-width:380px}
-img{max-width:100%} pre{background:#f7f7f7;padding:.7rem;overflow-x:auto}
+img{max-width:100%} .runline{color:#555;margin-top:-.4rem} pre{background:#f7f7f7;padding:.7rem;overflow-x:auto}
 """
 
 
@@ -43,15 +50,17 @@ def render_report(run: RunFolder, layout: ReportLayout | None = None,
                   extra: Sequence[ReportSection] = ()) -> Path:
     """(Re-)render the report of a run folder; returns the path of index.html.
 
-    The page is the summary, the ``layout``'s sections that belong right below it (a report
-    kind's own findings), every metric's curve, the layout's later sections, ``extra`` (a
-    workload's sections) and the scenario as run.
+    The page leads with the answer: the run's line, then the ``layout``'s own findings (a report
+    kind's comparison) and the ``extra`` sections that lead (a workload's measure on the paper's
+    metric); then the metric curves, the final values, the layout's later sections, the extra
+    sections that do not lead, and the scenario as run.
     """
     data = RunData.load(run)
     kind = data.config.get("report", {}).get("kind", "training")
     layout = layout or ReportLayout()
-    sections = [SummarySection(), *layout.after_summary, MetricCurvesSection(), *layout.after_metrics, *extra,
-                ConfigSection()]
+    leading = [s for s in extra if s.leads]
+    sections = [RunLineSection(), *layout.after_summary, *leading, MetricCurvesSection(layout.covered),
+                FinalValuesSection(), *layout.after_metrics, *[s for s in extra if not s.leads], ConfigSection()]
     title = f"{run.title()}: {kind} report"
     return publish_page(run, title, lambda out_dir: "".join(_section(s, data, out_dir) for s in sections))
 
@@ -81,4 +90,7 @@ def publish_page(run: RunFolder, title: str, build_body: Callable[[Path], str]) 
 def _section(section: Any, data: RunData, out_dir: Path) -> str:
     body = section.render(data, out_dir)
     # A section with nothing to show for this run (an audit it did not ask for) is left out.
-    return f"<section><h2>{html.escape(section.title)}</h2>{body}</section>" if body else ""
+    if not body:
+        return ""
+    heading = f"<h2>{html.escape(section.title)}</h2>" if section.title else ""
+    return f"<section>{heading}{body}</section>"

@@ -16,15 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from testbed.report import series
 from testbed.report.plots import image, numeric_series, plot_curve, safe_name, x_axis
 
 if TYPE_CHECKING:
     from testbed.report.render import RunData
 
 class ReportSection(ABC):
-    """One titled part of a report page."""
+    """One titled part of a report page. A workload's section ``leads`` (the default): it answers
+    the scenario's question and goes before the generic metric curves; one that does not (a
+    confusion matrix) goes after them."""
 
     title: str = ""
+    leads: bool = True
 
     @abstractmethod
     def render(self, data: RunData, out_dir: Path) -> str:
@@ -52,11 +56,13 @@ class ArraySection(ReportSection):
 
 @dataclass(frozen=True)
 class ReportLayout:
-    """The sections a report kind adds: right below the summary (its own findings, first) and
-    after the generic metric curves."""
+    """The sections a report kind adds: right below the run's line (its own findings, which answer
+    the scenario's question, so they fill the first screen) and after the generic metric curves.
+    Metrics in ``covered`` are charted by the kind's sections and left out of the generic curves."""
 
     after_summary: tuple[ReportSection, ...] = ()
     after_metrics: tuple[ReportSection, ...] = ()
+    covered: frozenset[str] = frozenset()
 
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
@@ -67,35 +73,72 @@ def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-class SummarySection(ReportSection):
-    """Final metrics, status, seed and timings."""
+class RunLineSection(ReportSection):
+    """One line on top of the page: status, kind, seed, wall time, engine and the source commit."""
 
-    title = "Summary"
+    title = ""  # no heading: the line sits right under the page title
 
     def render(self, data: RunData, out_dir: Path) -> str:
         summary = data.summary or {}
-        status = "completed" if data.summary else "incomplete (resume with testbed resume)"
-        rows = [("status", status), ("kind", data.config.get("kind", "")), ("seed", data.config.get("seed", ""))]
-        rows += [(k, v) for k, v in sorted(summary.get("final_metrics", {}).items())]
+        status = "completed" if data.summary else "incomplete (resume with <code>testbed resume</code>)"
+        parts = [f"<b>{status}</b>", f"kind {html.escape(str(data.config.get('kind', '')))}",
+                 f"seed {html.escape(str(data.config.get('seed', '')))}"]
+        wall = (summary.get("timings") or {}).get("wall_s")
+        if wall is not None:
+            parts.append(f"{float(wall):.1f} s wall time")
+        engine = (summary.get("engine") or {}).get("type")
+        if engine:
+            parts.append(f"engine {html.escape(str(engine))}")
+        source = summary.get("source") or {}
+        if source.get("commit"):
+            parts.append(f"commit {html.escape(source['commit'])}" + (" (dirty)" if source.get("dirty") else ""))
+        if source.get("overrides"):
+            parts.append("overrides " + html.escape(" ".join(source["overrides"])))
+        return '<p class="runline">' + " · ".join(parts) + "</p>"
+
+
+class FinalValuesSection(ReportSection):
+    """Every metric's final value (its last record) and the run's timings."""
+
+    title = "Final values (last record)"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        summary = data.summary or {}
+        rows = [(k, v) for k, v in sorted(summary.get("final_metrics", {}).items())]
         rows += [(f"time: {k}", v) for k, v in sorted(summary.get("timings", {}).items())]
-        return table(rows, ("item", "value"))
+        return table(rows, ("metric", "final value")) if rows else ""
 
 
 class MetricCurvesSection(ReportSection):
-    """A curve of every numeric metric in metrics.jsonl."""
+    """The metrics of metrics.jsonl over training: series of one measure on one chart (train beside
+    test, arm beside arm), series that never change in a one-line-each table (`testbed.report.series`).
+    Metrics in ``covered`` are left out: the report kind's own sections chart them."""
 
-    title = "Metrics"
+    title = "Metrics over training"
+
+    def __init__(self, covered: frozenset[str] = frozenset()):
+        self.covered = covered
 
     def render(self, data: RunData, out_dir: Path) -> str:
         if not data.metrics:
             return "<p>No metrics were recorded.</p>"
         axis = x_axis(data.metrics)
-        figures = []
-        for key, points in sorted(numeric_series(data.metrics).items()):
-            name = f"curve-{safe_name(key)}.png"
-            plot_curve(out_dir / name, key, axis, {key: points})
-            figures.append(image(name, key))
-        return '<div class="grid">' + "".join(figures) + "</div>"
+        found = {k: v for k, v in numeric_series(data.metrics).items() if k not in self.covered}
+        figures: list[str] = []
+        used: set[str] = set()
+        for chart in series.charts(found):
+            stem = chart.names[0] if len(chart.names) == 1 else chart.measure
+            name = f"curve-{safe_name(stem)}.png" if f"curve-{safe_name(stem)}.png" not in used else \
+                f"curve-{safe_name(stem)}-{len(figures)}.png"
+            used.add(name)
+            plot_curve(out_dir / name, chart.title, axis, chart.lines, ylabel=chart.ylabel)
+            figures.append(image(name, chart.title))
+        fixed = series.constants(found)
+        parts = ['<div class="grid">' + "".join(figures) + "</div>"] if figures else []
+        if fixed:
+            parts.append(f"<p>Unchanged over the run (or recorded once), one row each instead of a flat {axis} "
+                         "curve:</p>" + table(sorted(fixed.items()), ("metric", "value")))
+        return "".join(parts)
 
 
 class ConfigSection(ReportSection):

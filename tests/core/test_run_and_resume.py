@@ -36,7 +36,7 @@ def test_run_writes_a_complete_run_folder(cli, write_scenario, tmp_path):
     assert {"torch", "python", "testbed"} <= set(summary["versions"])
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["ckpt-000000010.pt", "ckpt-000000012.pt"]
     report_files = {p.name for p in (run_dir / "report").iterdir()}
-    assert {"index.html", "curve-test_accuracy.png", "confusion.png"} <= report_files
+    assert {"index.html", "curve-test_accuracy.png", "curve-loss.png", "confusion.png"} <= report_files
     import numpy as np
 
     with np.load(run_dir / "artifacts.npz") as artifacts:
@@ -101,7 +101,7 @@ def test_report_rerenders_from_the_run_folder(cli, write_scenario, tmp_path):
 
     assert code == 0 and (run_dir / "report" / "index.html").is_file()
     page = (run_dir / "report" / "index.html").read_text()
-    assert "test_accuracy" in page and "curve-train_loss.png" in page
+    assert "test_accuracy" in page and "curve-loss.png" in page
 
 
 def test_validate_starts_nothing_and_accepts_every_bundled_scenario(cli):

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
+from tests.browser import assert_readable
+from tests.conftest import requires_chromium
 
 FEDERATED: dict[str, Any] = {
     "name": "fed-tiny",
@@ -63,7 +65,11 @@ def test_every_client_trains_every_round_and_the_report_shows_robustness(referen
     summary = json.loads((reference_run / "summary.json").read_text())
     assert summary["engine"]["type"] == "local" and summary["final_metrics"]["test_accuracy"] > 0.1
     page = (reference_run / "report" / "index.html").read_text()
-    assert "<h2>Robustness</h2>" in page and "client-labels.png" in page and "malicious-weight.png" in page
+    assert "<h2>Robustness</h2>" in page and "client-labels.png" in page
+    # FedAvg's weights are the clients' example counts, the same every round: a sentence, not a flat chart.
+    weight = rounds[0]["malicious_weight"]
+    assert f"Weight given to Byzantine clients: {weight:.4g} in every round." in page
+    assert "malicious-weight.png" not in page
 
 
 def test_same_seed_gives_the_same_accuracy_curve(scenario_file, reference_run, tmp_path):
@@ -83,15 +89,21 @@ def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run
     assert _rounds(tmp_path / "run") == _rounds(reference_run)
 
 
-def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(write_scenario, reference_run, tmp_path):
-    # The reference run is FedAvg under sign flipping; here the strategy is the median and FedAvg a baseline.
+@pytest.fixture(scope="module")
+def baselines_run(tmp_path_factory) -> Path:
+    """The median under sign flipping, with FedAvg and the no-attack median as baselines."""
+    folder = tmp_path_factory.mktemp("baselines")
     scenario = {**FEDERATED, "federated": {**FEDERATED["federated"], "strategy": {"name": "fedmedian"},
                                            "baselines": ["fedavg", "no_attack"]}}
-
-    done = _testbed("run", write_scenario(scenario), "--run-dir", tmp_path / "run", "--quiet")
-
+    (folder / "fed.yaml").write_text(yaml.safe_dump(scenario))
+    done = _testbed("run", folder / "fed.yaml", "--run-dir", folder / "run", "--quiet")
     assert done.returncode == 0, done.stderr
-    run = tmp_path / "run"
+    return folder / "run"
+
+
+def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(baselines_run, reference_run):
+    # The reference run is FedAvg under sign flipping; here the strategy is the median and FedAvg a baseline.
+    run = baselines_run
     # Same seed, same clients, same attackers: the FedAvg arm is exactly the plain FedAvg run.
     assert _rounds(run / "baselines" / "fedavg") == _rounds(reference_run)
     assert _rounds(run) != _rounds(reference_run)
@@ -102,6 +114,16 @@ def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(wri
     assert "baselines.no_attack.test_accuracy" in final
     page = (run / "report" / "index.html").read_text()
     assert "<h2>Baselines</h2>" in page and "baselines-accuracy.png" in page and "fedmedian, no attack" in page
+
+
+@requires_chromium
+def test_robustness_report_leads_with_the_baselines_and_marks_the_attackers_in_headless_chromium(baselines_run):
+    page = assert_readable(baselines_run / "report", first_screen="baselines-accuracy.png", name="robustness")
+    assert page.sections[:2] == ["Robustness", "Baselines"]
+    html = (baselines_run / "report" / "index.html").read_text()
+    assert "(mean over rounds)" in html and "Final values (last record)" in html  # one name per measure
+    assert "Unchanged over the run" in html  # clients_requested and the like: a table row, not a chart
+    assert "curve-clients_requested.png" not in html
 
 
 def test_failing_clients_do_not_stop_a_round(write_scenario, tmp_path):

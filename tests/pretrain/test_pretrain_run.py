@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
+from tests.browser import assert_readable
+from tests.conftest import requires_chromium
 
 TINY_PRETRAIN: dict[str, Any] = {
     "name": "tiny-pretrain",
@@ -101,6 +103,15 @@ def test_local_run_leaves_corpus_metrics_checkpoints_and_a_pretraining_report(lo
         assert section in page
     assert {"document-lengths.png", "sequence-fill.png", "pretrain-loss.png"} <= \
         {p.name for p in (local_run / "report").iterdir()}
+
+
+@requires_chromium
+def test_pretraining_report_leads_with_the_losses_and_leaves_out_what_was_not_measured(local_run: Path):
+    page = assert_readable(local_run / "report", first_screen="pretrain-loss.png", name="pretraining")
+    assert page.sections[:2] == ["Loss curves", "Fact recall"]
+    assert "Outliers and W8A8 quantization" not in page.sections  # pretrain.outliers unset: no empty section
+    html = (local_run / "report" / "index.html").read_text()
+    assert "curve-heldout_loss.png" not in html and "curve-loss.png" not in html  # charted once, in Loss curves
 
 
 def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_reference_numbers(

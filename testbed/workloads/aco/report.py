@@ -21,7 +21,7 @@ class AccuracyCostSection(ArraySection):
         lines = {name: (arrays["curve_features"][i].tolist(), arrays["curve_accuracy"][i].tolist())
                  for i, name in enumerate(names)}
         path = plot_curve(out_dir / "aco-accuracy-cost.png", "accuracy vs features acquired", "mean features acquired",
-                          lines)
+                          lines, ylabel="test accuracy (fraction correct)")
         rows = [(f"{cost:g}", *(f"{arrays['curve_accuracy'][i][j]:.3f} @ {arrays['curve_features'][i][j]:.2f}"
                                 for i in range(len(names))))
                 for j, cost in enumerate(arrays["curve_cost"].tolist())]
@@ -39,5 +39,5 @@ class FeatureFrequencySection(ArraySection):
         lines = {str(name): (features, arrays["acquired_frequency"][i].tolist())
                  for i, name in enumerate(arrays["policies"])}
         path = plot_curve(out_dir / "aco-feature-frequency.png", "share of instances acquiring each feature",
-                          "feature index", lines)
+                          "feature index", lines, ylabel="share of test instances")
         return image(path.name, "acquisition frequency per feature")

@@ -21,5 +21,6 @@ class PerturbationProfileSection(ArraySection):
         lines = {"0-1 error along grad Q (BiSAM)": (radii, arrays["profile_error_surrogate"].tolist()),
                  "0-1 error along grad CE (SAM)": (radii, arrays["profile_error_ce"].tolist()),
                  "Q lower bound along grad Q": (radii, arrays["profile_surrogate"].tolist())}
-        path = plot_curve(out_dir / "bisam-profile.png", "perturbation strength", "radius ||eps||", lines)
+        path = plot_curve(out_dir / "bisam-profile.png", "perturbation strength", "radius ||eps||", lines,
+                          ylabel="0-1 error / Q bound (fraction)")
         return image(path.name, "0-1 error against perturbation radius")

@@ -15,6 +15,7 @@ class ConfusionSection(ArraySection):
 
     title = "Confusion matrix (test split)"
     requires = ("confusion",)
+    leads = False  # a detail of the final model; the accuracy curves answer the run's question
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         path = plot_heatmap(out_dir / "confusion.png", arrays["confusion"], "true class", "predicted class")

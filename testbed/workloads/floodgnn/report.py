@@ -50,7 +50,7 @@ class ErrorGrowthSection(ArraySection):
         lines = {str(arrays["variant"]): (steps, arrays["rmse_curve"].tolist()),
                  "rainincr (in-run reference)": (steps, arrays["rainincr_rmse_curve"].tolist())}
         path = plot_curve(out_dir / "floodgnn-rmse-steps.png", "RMSE of log(1 + h / 1 cm) per step", "rollout step",
-                          lines)
+                          lines, ylabel="RMSE, log(1 + h / 1 cm)")
         return image(path.name, "RMSE over the rollout")
 
 

@@ -55,7 +55,7 @@ class AucCurveSection(ReportSection):
         if not keys:
             return "<p>No evaluation recorded.</p>"
         plot_curve(out_dir / "gpgvae-auc.png", "mean edge ROC-AUC over test graphs", "step",
-                   {k.removeprefix("test_"): series[k] for k in keys})
+                   {k.removeprefix("test_"): series[k] for k in keys}, ylabel="edge ROC-AUC")
         last = data.metrics[-1]
         rows = [(k.removeprefix("test_"), last[k]) for k in sorted(last) if k.startswith("test_")]
         return image("gpgvae-auc.png", "AUC over training") + table(rows, ("final metric", "value"))

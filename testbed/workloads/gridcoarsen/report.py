@@ -26,7 +26,8 @@ class ReductionSection(ArraySection):
             errors = arrays["reduction_errors"][e]
             lines = {kind: (reductions, errors[k].tolist()) for k, kind in enumerate(kinds)}
             path = plot_curve(out_dir / f"gridcoarsen-reduction-{equation}.png",
-                              f"{equation}: sensor RMSE vs reduction", "reduction factor N_fine / N", lines)
+                              f"{equation}: sensor RMSE vs reduction", "reduction factor N_fine / N", lines,
+                              ylabel="sensor RMSE")
             html += image(path.name, f"{equation} error against reduction")
             rows += [(equation, r, *(float(errors[k][i]) for k in range(len(kinds))),
                       float(errors[0][i] / errors[1][i])) for i, r in enumerate(reductions)]
