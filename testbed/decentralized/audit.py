@@ -18,6 +18,11 @@ max_{i=1..v} (P[Bin >= v - i] - beta)/i (Steinke et al. 2023, Thm. 3.1 and its d
 restated in the project notes on jax_privacy's `_one_run_p_value`). The largest epsilon this
 rejects at level ``significance`` is the reported lower bound; several r are tried with a
 Bonferroni correction, so the bound holds with probability >= 1 - significance.
+
+Power: even a perfect attacker certifies at most `audit_power` (every possible guess right), which
+m canaries cap (with half of them in: about 2.9 for m = 200, 4.5 for m = 1000, at delta 1e-5 and
+significance 0.05). A lower bound well below an accountant's epsilon means a loose accountant
+only when that epsilon is below the power; above it, the audit is too weak to tell.
 """
 
 from __future__ import annotations
@@ -56,16 +61,37 @@ def epsilon_from_guesses(canaries: int, guesses: int, correct: int, delta: float
     return float(brentq(excess, 0.0, MAX_EPSILON, xtol=1e-10))
 
 
+def guess_counts(canaries: int) -> list[int]:
+    """The numbers r of top-scored canaries guessed "included": `GUESS_FRACTIONS` of m."""
+    return sorted({max(1, int(round(f * canaries))) for f in GUESS_FRACTIONS})
+
+
 def epsilon_lower_bound(scores: np.ndarray, included: np.ndarray, delta: float, significance: float) -> float:
     """Empirical epsilon lower bound from canary scores (higher = more likely included): the best
-    over guessing the top r for r in `GUESS_FRACTIONS` of m, each tested at significance / #r."""
+    over guessing the top r for r in `guess_counts`, each tested at significance / #r."""
     scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included).astype(bool)
     m = scores.size
     order = np.argsort(-scores, kind="stable")
-    counts = sorted({max(1, int(round(f * m))) for f in GUESS_FRACTIONS})
+    counts = guess_counts(m)
     level = significance / len(counts)
     hits = np.cumsum(included[order])
     return max(epsilon_from_guesses(m, r, int(hits[r - 1]), delta, level) for r in counts)
+
+
+def audit_power(canaries: int, delta: float, significance: float, included: int | None = None) -> float:
+    """The largest lower bound `epsilon_lower_bound` can report with m = ``canaries``: a perfect
+    attacker, right on every guess it can be right on, at the same guess counts and Bonferroni level.
+
+    With ``included`` (how many canaries were drawn in) r guesses hold at most min(r, included)
+    right ones; without it every guess counts as right, which bounds every draw of the inclusions.
+    An accountant's epsilon above this cannot be tested by the audit, whatever the attacker does.
+    """
+    if canaries <= 0:
+        return 0.0
+    counts = guess_counts(canaries)
+    level = significance / len(counts)
+    most = canaries if included is None else int(included)
+    return max(epsilon_from_guesses(canaries, r, min(r, most), delta, level) for r in counts)
 
 
 def walk_attack_tables(walk: np.ndarray, source: int, steps: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,8 @@ or 2C (``replace``); the accountants use that sensitivity. Give ``sigma``, or om
 ``privacy.target_epsilon``: each algorithm's sigma is then calibrated so that its planned run ends
 at the target. With both, each algorithm stops before its largest pairwise epsilon would exceed
 the target (the report names the step and the pair).
+``privacy.non_private_baseline: true`` trains each algorithm once more with no noise after the
+private ones (the same steps, step size, walk and data), the reference for what privacy costs.
 
 This module imports only pydantic and `testbed.config` (the scenario schema imports it).
 """
@@ -35,6 +37,7 @@ from testbed.config import FiniteValue, StrictModel
 
 Algorithm = Literal["random_walk", "gossip", "local_dp"]
 ALGORITHMS: tuple[str, ...] = ("random_walk", "gossip", "local_dp")
+BASELINE = "nonprivate"  # the prefix of the noise-free arms' phase names and metrics
 # The largest graph a scenario may name: the walk matrix is dense (n x n floats) and the
 # accountants are quadratic in n or worse, so a larger graph would exhaust memory or time long
 # before it trained (fig1_full.yaml, the paper's largest, has 2048 nodes).
@@ -107,6 +110,9 @@ class PrivacyConfig(StrictModel):
     delta: float = Field(1e-5, gt=0, lt=1)
     neighbouring: Literal["add_remove", "replace"] = "add_remove"
     conversion: Literal["balle", "mironov"] = Field("balle", description="RDP -> (epsilon, delta) conversion")
+    non_private_baseline: bool = Field(False, description=(
+        "also train each algorithm with no noise (sigma 0, all planned steps), logged as "
+        "nonprivate.<algorithm>.<metric>: the utility the noise costs"))
 
 
 class AuditConfig(StrictModel):

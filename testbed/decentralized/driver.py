@@ -5,7 +5,8 @@ and the last step whose largest pairwise epsilon stays within the target) before
 written, so an unreachable target fails as a user error with no run folder; (2) the Fig.-1
 comparison (accounting only); (3) each algorithm in turn, chunk by chunk on the chosen nodes
 backend, a checkpoint after every chunk; (4) its final pairwise epsilon matrix, its epsilon by
-distance and the canary audit. The checkpoint holds all of it, so a resumed run redoes nothing.
+distance and the canary audit; (5) with ``privacy.non_private_baseline``, each algorithm again
+with no noise (`baseline_args`), evaluated only. The checkpoint holds all of it, so a resumed run redoes nothing.
 """
 
 from __future__ import annotations
@@ -92,11 +93,19 @@ def phase_args(settings: PhaseSettings, the_plan: privacy.PrivacyPlan) -> PhaseA
                      settings.eval_every)
 
 
-def record(algorithm: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPlan) -> dict[str, Any]:
-    """A metrics.jsonl record: the step, and the algorithm's metrics and epsilon, prefixed by it."""
+def baseline_args(settings: PhaseSettings) -> PhaseArgs:
+    """The noise-free arm of an algorithm: sigma 0, every planned step (no budget stops it)."""
+    return PhaseArgs(settings.algorithm, settings.lr, 0.0, settings.steps, settings.steps, settings.eval_every)
+
+
+def record(name: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPlan | None) -> dict[str, Any]:
+    """A metrics.jsonl record: the step, and the phase's metrics and epsilon (none for a noise-free
+    arm, ``the_plan`` None), prefixed by the phase's name."""
     step = metrics["step"]
-    values = {f"{algorithm}.{k}": v for k, v in metrics.items() if k != "step"}
-    return {"step": step, "algorithm": algorithm, **values, f"{algorithm}.epsilon": float(the_plan.epsilon[step])}
+    values = {f"{name}.{k}": v for k, v in metrics.items() if k != "step"}
+    if the_plan is not None:
+        values[f"{name}.epsilon"] = float(the_plan.epsilon[step])
+    return {"step": step, "algorithm": name, **values}
 
 
 def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
@@ -146,7 +155,16 @@ def finish(problem: Problem, settings: PhaseSettings, the_plan: privacy.PrivacyP
         audit_arrays = audit_pairs(problem, phase, state, eps)
         arrays.update({f"audit_{k}": v for k, v in audit_arrays.items()})
         numbers["audit_max_lower"] = float(audit_arrays["lower"].max())
+        # The most this draw of canaries lets any attacker certify: the report's measure of whether a
+        # lower bound far below the accountant's epsilon says "loose accountant" or "weak audit".
+        numbers["audit_power"] = audit.audit_power(phase.canaries, config.privacy.delta, config.audit.significance,
+                                                   int(phase.inclusion.sum()))
     return {"arrays": arrays, "numbers": numbers}
+
+
+def finish_baseline(problem: Problem, args: PhaseArgs, state: dict) -> dict[str, Any]:
+    """Final numbers of a noise-free arm: its evaluation only (no accountant, no audit)."""
+    return {"arrays": {}, "numbers": evaluate(problem, args, state)}
 
 
 def audit_pairs(problem: Problem, phase, state: dict, eps: np.ndarray) -> dict[str, np.ndarray]:

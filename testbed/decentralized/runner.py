@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.decentralized import comparison, driver
+from testbed.decentralized.config import BASELINE
+from testbed.decentralized.privacy import PrivacyPlan
 from testbed.decentralized.problem import build_graph, build_problem
 from testbed.errors import ScenarioError
 from testbed.runner import RunContext, Runner
@@ -62,12 +64,13 @@ class DecentralizedRunner(Runner):
         return {**numbers, **_comparison_numbers(saved, config)}
 
     def _train_all(self, ctx: RunContext, problem, plans: dict, saved: dict, data: dict) -> None:
-        """Each algorithm in turn on the engine's nodes backend; checkpoint names keep growing."""
+        """Each algorithm in turn on the engine's nodes backend, then (opted in) each again with no
+        noise; checkpoint names keep growing across all of them."""
         offset = 1
         with driver.nodes_backend(ctx.engine, data, problem.n) as run_chunk:
-            for algorithm in problem.config.algorithms:
-                if algorithm not in saved["done"]:
-                    self._train(ctx, problem, algorithm, plans[algorithm], saved, offset, run_chunk)
+            for name, algorithm, plan in _phases(problem.config, plans):
+                if name not in saved["done"]:
+                    self._train(ctx, problem, name, algorithm, plan, saved, offset, run_chunk)
                 offset += problem.config.phase(algorithm).steps + 1
 
     def _comparison(self, ctx: RunContext, data: dict, config) -> dict:
@@ -79,29 +82,43 @@ class DecentralizedRunner(Runner):
                 advance(1)
         return results
 
-    def _train(self, ctx: RunContext, problem, algorithm: str, plan, saved: dict, offset: int, run_chunk) -> None:
-        """One algorithm from its start or its checkpoint to its end, then its results."""
+    def _train(self, ctx: RunContext, problem, name: str, algorithm: str, plan, saved: dict, offset: int,
+               run_chunk) -> None:
+        """One phase (an algorithm, or its noise-free arm when ``plan`` is None) from its start or its
+        checkpoint to its end, then its results."""
         settings = problem.config.phase(algorithm)
-        args = driver.phase_args(settings, plan)
-        if saved["phase"] == algorithm:
+        args = driver.phase_args(settings, plan) if plan is not None else driver.baseline_args(settings)
+        if saved["phase"] == name:
             state, step = saved["state"], saved["step"]
         else:
             state, step = driver.initial_state(problem, args), 0
-            ctx.log_metrics(driver.record(algorithm, {"step": 0, **driver.evaluate(problem, args, state)}, plan))
-        with ctx.progress.task(algorithm, total=plan.stop, completed=step) as advance:
-            while step < plan.stop:
-                stop = min((step // settings.checkpoint_every + 1) * settings.checkpoint_every, plan.stop)
+            ctx.log_metrics(driver.record(name, {"step": 0, **driver.evaluate(problem, args, state)}, plan))
+        with ctx.progress.task(name, total=args.stop, completed=step) as advance:
+            while step < args.stop:
+                stop = min((step // settings.checkpoint_every + 1) * settings.checkpoint_every, args.stop)
                 state, records = run_chunk(args, state, step, stop)
                 for metrics in records:
-                    ctx.log_metrics(driver.record(algorithm, metrics, plan))
-                saved.update(phase=algorithm, step=stop, state=state)
+                    ctx.log_metrics(driver.record(name, metrics, plan))
+                saved.update(phase=name, step=stop, state=state)
                 ctx.run.save_checkpoint(offset + stop, {"progress": driver.pack(saved)})
                 advance(stop - step)
                 step = stop
-        result = driver.finish(problem, settings, plan, state)
+        if plan is not None:
+            result = driver.finish(problem, settings, plan, state)
+        else:
+            result = driver.finish_baseline(problem, args, state)
         saved.update(phase=None, step=0, state=None)
-        saved["done"][algorithm] = result
+        saved["done"][name] = result
         ctx.run.save_checkpoint(offset + settings.steps + 1, {"progress": driver.pack(saved)})
+
+
+def _phases(config, plans: dict) -> list[tuple[str, str, PrivacyPlan | None]]:
+    """(phase name, algorithm, privacy plan) in training order: the private algorithms, then their
+    noise-free arms (plan None) when ``privacy.non_private_baseline`` asks for them."""
+    phases: list[tuple[str, str, PrivacyPlan | None]] = [(alg, alg, plans[alg]) for alg in config.algorithms]
+    if config.privacy.non_private_baseline:
+        phases += [(f"{BASELINE}.{alg}", alg, None) for alg in config.algorithms]
+    return phases
 
 
 def _check_training(scenario: Scenario, source: str, n: int) -> None:

@@ -1,10 +1,12 @@
-"""The one-run canary audit: the Steinke-Nasr-Jagielski bound, the attackers, lower <= upper."""
+"""The one-run canary audit: the Steinke-Nasr-Jagielski bound, its power, the attackers, lower <= upper."""
+
+import json
 
 import numpy as np
 import pytest
 import yaml
 
-from testbed.decentralized.audit import epsilon_from_guesses, epsilon_lower_bound, walk_attack_tables
+from testbed.decentralized.audit import audit_power, epsilon_from_guesses, epsilon_lower_bound, walk_attack_tables
 from testbed.topologies import build_graph, metropolis_hastings
 
 
@@ -31,6 +33,28 @@ def test_perfect_scores_certify_a_large_epsilon_and_random_scores_nothing():
 
     assert perfect > 3.0
     assert random < 0.3
+
+
+def test_audit_power_bounds_every_attacker_and_a_perfect_one_reaches_it():
+    rng = np.random.default_rng(1)
+    included = rng.random(300) < 0.5
+    power = audit_power(300, delta=1e-5, significance=0.05, included=int(included.sum()))
+
+    lowers = [epsilon_lower_bound(rng.random(300) + shift * included, included, delta=1e-5, significance=0.05)
+              for shift in (0.0, 0.3, 1.0, 3.0)]
+    perfect = epsilon_lower_bound(included.astype(float), included, delta=1e-5, significance=0.05)
+
+    assert all(lower <= power for lower in lowers) and max(lowers) > 0.5
+    assert perfect == pytest.approx(power, rel=1e-9)  # the top-scored are exactly the included ones
+    # Without the draw, every guess counts as right: a bound over every draw, so at least as large
+    assert audit_power(300, delta=1e-5, significance=0.05) >= power
+
+
+def test_audit_power_grows_with_the_canaries_and_the_significance():
+    powers = [audit_power(m, delta=1e-5, significance=0.05, included=m // 2) for m in (20, 200, 2000)]
+    assert powers[0] < powers[1] < powers[2] < 8.0  # 2000 canaries still cannot test epsilon 8
+    assert audit_power(200, 1e-5, 0.2, 100) > audit_power(200, 1e-5, 0.05, 100)
+    assert audit_power(0, 1e-5, 0.05) == 0.0
 
 
 def test_walk_attack_tables_match_matrix_power_loops():
@@ -76,4 +100,8 @@ def test_audit_lower_bounds_never_exceed_the_accountant_and_are_not_vacuous(cli,
             assert lower.shape == upper.shape == (5,)  # every observer v != source
             assert np.all(lower <= upper)
             assert lower.max() > 1.5  # the attackers see the canaries: the audit can fail
-    assert "Canary audit" in (tmp_path / "run" / "report" / "index.html").read_text()
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())["final_metrics"]
+    for algorithm in ("random_walk", "gossip", "local_dp"):  # the power of this draw of canaries
+        assert final[f"{algorithm}.audit_max_lower"] <= final[f"{algorithm}.audit_power"] < 60.0
+    page = (tmp_path / "run" / "report" / "index.html").read_text()
+    assert "Canary audit" in page and "confidence 95%" in page and "at most detectable (power)" in page

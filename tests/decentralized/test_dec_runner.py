@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
+from tests.browser import assert_readable
+from tests.conftest import requires_chromium
+
 
 def _write(tmp_path, scenario: dict, name: str = "s.yaml"):
     path = tmp_path / name
@@ -26,6 +29,8 @@ def _write(tmp_path, scenario: dict, name: str = "s.yaml"):
     (lambda s: s["decentralized"]["audit"].update(source=8), "decentralized.audit.source: node 8 is not in 0..7"),
     (lambda s: s["decentralized"].update(algorithm=["gossip", "gossip"]), "an algorithm is listed twice"),
     (lambda s: s.update(engine={"type": "mpi", "num_procs": 9}), "engine.num_procs: 9 ranks for 8 nodes"),
+    (lambda s: s["decentralized"].update(privacy={"non_private_baseline": "sometimes"}),
+     "decentralized.privacy.non_private_baseline"),
 ])
 def test_bad_scenarios_fail_with_one_line_naming_the_field(cli, tmp_path, tiny_scenario, change, message):
     change(tiny_scenario)
@@ -78,23 +83,63 @@ def test_full_run_writes_accounting_utility_and_comparison(cli, tmp_path, tiny_s
     for title in ("Privacy budget", "Pairwise epsilon", "Epsilon against shortest-path distance",
                   "Utility against epsilon", "Canary audit"):
         assert title in page
+    assert "local DP: every pair u -&gt; v at epsilon" in page  # one value for all pairs: no heatmap
+    assert "No noise-free reference" in page
 
 
-def test_resume_from_an_earlier_checkpoint_ends_with_the_same_numbers(cli, tmp_path, tiny_scenario, monkeypatch):
+def test_the_noise_free_baseline_trains_each_algorithm_without_noise(cli, tmp_path, tiny_scenario):
+    tiny_scenario["decentralized"].update(algorithm=["random_walk", "local_dp"], sigma=8.0)
+    tiny_scenario["decentralized"]["privacy"] = {"non_private_baseline": True}
+    path = _write(tmp_path, tiny_scenario)
+
+    code, _, err = cli("run", path, "--run-dir", tmp_path / "run", "--quiet")
+
+    assert code == 0, err
+    final = json.loads((tmp_path / "run" / "summary.json").read_text())["final_metrics"]
+    for algorithm in ("random_walk", "local_dp"):  # sigma 8 costs utility; no noise is no privacy
+        assert final[f"nonprivate.{algorithm}.test_loss"] < final[f"{algorithm}.test_loss"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    baseline = [r for r in records if r["algorithm"] == "nonprivate.random_walk"]
+    assert [r["step"] for r in baseline] == [0, 10, 20, 30, 40]
+    assert not any(key.endswith(".epsilon") for r in baseline for key in r)
+    with np.load(tmp_path / "run" / "artifacts.npz") as artifacts:
+        assert not any(key.startswith("nonprivate.") for key in artifacts.files)
+    assert "Dashed: the same algorithm with no noise" in (tmp_path / "run" / "report" / "index.html").read_text()
+
+
+# Checkpoints: random walk at 1 + 20, 1 + 40 and 1 + 41 (done); gossip's first chunk ends at 42 + 3.
+# With the noise-free arms after the three private ones (ending at 56), the walk's first ends at 56 + 20.
+@requires_chromium
+def test_privacy_report_leads_with_epsilon_against_distance_in_headless_chromium(cli, tmp_path, tiny_scenario):
+    tiny_scenario["decentralized"]["comparison"] = {"enabled": True, "topologies": [{"name": "hypercube", "dim": 3}]}
+    tiny_scenario["decentralized"]["privacy"] = {"non_private_baseline": True}
+    code, _, err = cli("run", _write(tmp_path, tiny_scenario), "--run-dir", tmp_path / "run", "--quiet")
+    assert code == 0, err
+
+    page = assert_readable(tmp_path / "run" / "report", first_screen="distance-trained.png", name="privacy")
+    assert page.sections[:3] == ["Privacy budget", "Epsilon against shortest-path distance", "Utility against epsilon"]
+    html = (tmp_path / "run" / "report" / "index.html").read_text()
+    assert "confidence" in html and "at most detectable" in html  # the audit's level and power
+
+
+@pytest.mark.parametrize(("baseline", "last_kept"), [(False, 45), (True, 76)])
+def test_resume_from_an_earlier_checkpoint_ends_with_the_same_numbers(cli, tmp_path, tiny_scenario, monkeypatch,
+                                                                       baseline, last_kept):
     # Prepare: a reference run that keeps every checkpoint, and a copy of its folder as a crash in
-    # the middle of gossip would leave it: no summary, only checkpoints up to 3 gossip iterations.
+    # the middle of a phase would leave it: no summary, only the checkpoints up to ``last_kept``.
     from testbed import run as run_module
 
     monkeypatch.setattr(run_module, "KEEP_CHECKPOINTS", 100)
+    tiny_scenario["decentralized"]["privacy"] = {"non_private_baseline": baseline}
     code, _, err = cli("run", _write(tmp_path, tiny_scenario), "--run-dir", tmp_path / "ref", "--quiet")
     assert code == 0, err
     crashed = tmp_path / "crashed"
     shutil.copytree(tmp_path / "ref", crashed)
     (crashed / "summary.json").unlink()
-    # random walk: checkpoints at 1 + 20, 1 + 40 and 1 + 41 (done); gossip's first chunk ends at 42 + 3.
     for checkpoint in (crashed / "checkpoints").iterdir():
-        if int(checkpoint.stem.split("-")[1]) > 45:
+        if int(checkpoint.stem.split("-")[1]) > last_kept:
             checkpoint.unlink()
+    assert max(int(c.stem.split("-")[1]) for c in (crashed / "checkpoints").iterdir()) == last_kept
 
     # Execute
     code, _, err = cli("resume", crashed, "--quiet")
