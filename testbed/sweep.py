@@ -12,6 +12,10 @@ skips the variants that completed. The variants are placed by the engine's `map`
 Ctrl-C on a sweep on this machine is passed on to the variant processes running (each stops as a
 run does, resumable), no further variant starts, and the sweep exits 130 once they have exited;
 `testbed resume` on the sweep folder continues them.
+
+While the variants run, `testbed.sweep_status` shows them (queued / running / done / failed, with
+the current metric) from their folders: a live table on a terminal, a line per finished variant in
+a log, nothing under ``--quiet``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from testbed.interrupts import interrupt_hook
 from testbed.loading import apply_override, validate_raw
 from testbed.run import RunFolder, atomic_write
 from testbed.scenario import Scenario
+from testbed.sweep_names import axis_labels, short_value
+from testbed.sweep_status import SweepMonitor, display_mode, failure_marker
 from testbed.validation import preflight
 
 MAX_SLUG = 160  # characters of a variant's folder name
@@ -88,7 +94,7 @@ def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None
     if not overrides:
         return "base"
     labels = labels or {}
-    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={labels.get(key) or _short(value)}"
+    parts = [f"{key.split('.', 1)[-1] if key.count('.') > 1 else key}={labels.get(key) or short_value(value)}"
              for key, value in overrides.items()]
     slug = re.sub(r"[^A-Za-z0-9_.=,+-]", "_", ",".join(parts))
     if len(slug) <= MAX_SLUG:
@@ -99,28 +105,6 @@ def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None
     digest = hashlib.sha256(slug.encode()).hexdigest()[:12]
     tail = slug[-SLUG_TAIL:]
     return f"{slug[:MAX_SLUG - len(digest) - 2 - SLUG_TAIL]}+{digest}+{tail}"
-
-
-def axis_labels(values: list[Any]) -> list[str]:
-    """How a grid axis names its values in folder names: a mapping by its ``name``, and where two
-    share a name (SDEA with the code and the two-group rule; LIE under two threat models) by the
-    name and the keys that tell them apart, e.g. ``sdea+rule=two_group``."""
-    short = [_short(value) for value in values]
-    labels = []
-    for value, label in zip(values, short):
-        twins = [other for other, name in zip(values, short) if name == label and other is not value]
-        if isinstance(value, dict) and twins:
-            differing = sorted(k for k in value if k != "name" and any(
-                not isinstance(t, dict) or t.get(k) != value[k] for t in twins))
-            label += "".join(f"+{k}={_short(value[k])}" for k in differing)
-        labels.append(label)
-    return labels
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, dict):
-        return value.get("name", json.dumps(value, sort_keys=True))
-    return str(value)
 
 
 def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool,
@@ -139,7 +123,7 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
     _interrupted.clear()
     try:
         with interrupt_hook(_interrupt_variants):
-            _run_variants(sweep_run, variants, scenario, source, parallel)
+            _run_variants(sweep_run, variants, scenario, source, parallel, quiet)
     except KeyboardInterrupt:
         raise RunInterrupted(sweep_run.path) from None
     finally:
@@ -160,16 +144,20 @@ def _interrupt_variants() -> None:
 
 
 def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], scenario: Scenario, source: str,
-                  parallel: int | None) -> None:
-    (sweep_run.path / "variants").mkdir(exist_ok=True)
+                  parallel: int | None, quiet: bool = True) -> None:
+    variants_dir = sweep_run.path / "variants"
+    variants_dir.mkdir(exist_ok=True)
     for slug, variant in variants.items():
-        atomic_write(sweep_run.path / "variants" / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
-    tasks = [(str(sweep_run.path / "variants" / slug), scenario.engine) for slug in variants]
+        atomic_write(variants_dir / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
+        failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
+    tasks = [(str(variants_dir / slug), scenario.engine) for slug in variants]
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
-    with placement_engine(scenario.engine) as engine:
+    monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))
+    with monitor, placement_engine(scenario.engine) as engine:
         results = engine.map(run_variant, tasks, parallel=parallel)
-    statuses = {slug: result for slug, result in zip(variants, results)}
+        statuses = {slug: result for slug, result in zip(variants, results)}
+        monitor.close(statuses)
     sweep_run.write_summary({"name": scenario.name, "kind": "sweep", "variants": statuses,
                              "completed": sum(r["status"] == "completed" for r in statuses.values()),
                              "failed": sum(r["status"] == "failed" for r in statuses.values())})
@@ -204,7 +192,7 @@ def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
     environment ``engine`` gives child processes on the machine that runs it."""
     run = RunFolder(folder)
     if _interrupted.is_set():
-        return {"status": "failed", "exit_code": 130, "error": "interrupted before it started"}
+        return _failed(run, {"status": "failed", "exit_code": 130, "error": "interrupted before it started"})
     if run.completed:
         summary = run.read_summary()
         assert summary is not None  # a completed run has its summary
@@ -219,7 +207,17 @@ def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
         return {"status": "completed", "skipped": False, "final_metrics": run.read_summary()["final_metrics"]}
     lines = (done.stderr or done.stdout).strip().splitlines()
     error = lines[-1] if lines else f"killed by signal {-done.returncode}" if done.returncode < 0 else "no output"
-    return {"status": "failed", "exit_code": done.returncode, "error": error}
+    return _failed(run, {"status": "failed", "exit_code": done.returncode, "error": error})
+
+
+def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
+    """``result``, also left beside the variant's folder (where the sweep's status display, which
+    may run on another node than this variant, reads it)."""
+    try:
+        atomic_write(failure_marker(run.path), json.dumps(result).encode())
+    except OSError:  # the result still reaches the sweep through the engine; the marker only shows it sooner
+        pass
+    return result
 
 
 def _run_variant_process(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -1,32 +1,56 @@
 """The comparison report of a sweep: every variant's outcome, means over seeds, and curves.
 
 When the sweep varies a federated strategy and an attack, the report also pivots final accuracy
-into the strategy x attack table that robustness papers print (mean and spread over seeds).
+into the strategy x attack table that robustness papers print (mean and spread over seeds). A
+federated sweep compares the robustness metrics the runs report beside accuracy; a spread is
+shown only over two seeds or more. Each variant's name links to its own report.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
 from testbed.report.plots import numeric_series, plot_curve, x_axis
 from testbed.report.render import publish_page
 from testbed.report.sections import image, table
+from testbed.report.series import axis_label
 from testbed.run import RunFolder
+from testbed.sweep_names import axis_labels
+from testbed.sweep_status import HEADLINE_METRICS
 
-HEADLINE_METRICS = ("test_accuracy", "accuracy", "test_loss", "loss")
+# A federated sweep compares how robust each rule is, not only how accurate (where the runs report it).
+ROBUSTNESS_METRICS = ("malicious_weight", "detection_precision", "detection_recall", "attacker_auroc", "honest_zeroed")
 MAX_DEFAULT_METRICS = 8  # beyond this the tables stop being readable; name metrics in `sweep.metrics`
 
 
 def mean_spread(values: list[float]) -> str:
-    """``mean ± std`` (population std over seeds), or the single value."""
+    """``mean ± std`` (population std over seeds) from two seeds on; one seed's value says so."""
     if not values:
         return "-"
-    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if len(values) > 1 else f"{values[0]:.4f}"
+    return f"{np.mean(values):.4f} ± {np.std(values):.4f}" if len(values) > 1 else f"{values[0]:.4f} (1 seed)"
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How the report names and groups variants: by the keys the sweep varies (the seed aside),
+    each shown once under its short name, its values told apart as the folder names tell them."""
+
+    keys: list[str]  # dotted, as the sweep names them
+    names: list[str]  # short: the last dotted part (``attack`` for ``federated.attack.name``)
+    of: dict[str, tuple[str, ...]]  # slug -> the labels of its values, one per key
+
+    def label(self, group: tuple[str, ...], keys: list[str] | None = None) -> str:
+        """``strategy=fedavg, attack=min_max`` (of ``keys`` only, if given)."""
+        return ", ".join(f"{name}={value}" for key, name, value in zip(self.keys, self.names, group)
+                         if keys is None or key in keys)
 
 
 def render_sweep_report(sweep: RunFolder) -> Path:
@@ -37,13 +61,16 @@ def render_sweep_report(sweep: RunFolder) -> Path:
     varied += [k for extra in sweep_block.get("variants") or [] for k in extra if k not in varied]
     variants = {slug: _load_variant(sweep.path / "variants" / slug, result)
                 for slug, result in summary["variants"].items()}
-    metrics = compared_metrics(variants, sweep_block.get("metrics") or [])
+    metrics = compared_metrics(variants, sweep_block.get("metrics") or [], config.get("kind"))
+    grouping = group_variants(variants, varied)
+    seeded = "seed" in varied
     body = lambda out_dir: "".join([
+        # The answer first (verdicts, the comparison over seeds, its chart), every variant last.
         _section("Claims (paired by seed)", _claims_table(sweep.path)),
-        _section("Variants", _variants_table(variants, metrics)),
-        _section("Pivot: strategy x attack", _pivot(variants, varied)),
-        _section("Means over seeds", _group_table(variants, varied, metrics)),
-        _section("Curves (mean over seeds)", _curves(variants, varied, metrics, out_dir)),
+        _section("Pivot: strategy x attack", _pivot(variants, grouping)),
+        _section("Means over seeds", _group_table(variants, grouping, metrics) if seeded else ""),
+        _section("Curves (mean over seeds)", _curves(variants, grouping, metrics, out_dir)),
+        _section("Variants", _variants_table(sweep.path, variants, metrics)),
     ])
     return publish_page(sweep, f"{config.get('name', sweep.path.name)}: sweep of {len(variants)} variants", body)
 
@@ -75,12 +102,15 @@ def _section(title: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>{body}</section>" if body else ""
 
 
-def compared_metrics(variants: dict[str, dict[str, Any]], chosen: list[str]) -> list[str]:
-    """The final metrics the report compares: ``chosen`` if given, else the headline ones present,
-    else every numeric final metric all completed variants share (a workload's own metrics)."""
+def compared_metrics(variants: dict[str, dict[str, Any]], chosen: list[str], kind: str | None = None) -> list[str]:
+    """The final metrics the report compares: ``chosen`` if given; for a federated sweep test
+    accuracy and the robustness metrics the runs report; else the headline ones present, else
+    every numeric final metric all completed variants share (a workload's own metrics)."""
     finals = [v.get("final_metrics", {}) for v in variants.values() if v["status"] == "completed"]
     if chosen:
         return list(chosen)
+    if kind == "federated":
+        return ["test_accuracy", *[k for k in ROBUSTNESS_METRICS if any(k in f for f in finals)]]
     present = [k for k in HEADLINE_METRICS if any(k in f for f in finals)]
     if present or not finals:
         return present
@@ -88,72 +118,140 @@ def compared_metrics(variants: dict[str, dict[str, Any]], chosen: list[str]) -> 
     return sorted(shared)[:MAX_DEFAULT_METRICS]
 
 
-def _variants_table(variants: dict[str, dict[str, Any]], metrics: list[str]) -> str:
-    rows = [(slug, v["status"], *[v.get("final_metrics", {}).get(k, "-") for k in metrics], v.get("error", ""))
-            for slug, v in sorted(variants.items())]
-    return table(rows, ("variant", "status", *metrics, "error"))
+def _variants_table(folder: Path, variants: dict[str, dict[str, Any]], metrics: list[str]) -> str:
+    """One row per variant, its name linking to its own report where it has one."""
+    rows = []
+    for slug, v in sorted(variants.items()):
+        report = folder / "variants" / slug / "report" / "index.html"
+        href = f"../variants/{quote(slug, safe='=,+')}/report/index.html"
+        name = f'<a href="{html.escape(href)}">{html.escape(slug)}</a>' if report.is_file() else html.escape(slug)
+        cells = [v["status"], *[v.get("final_metrics", {}).get(k, "-") for k in metrics], v.get("error", "")]
+        rows.append("<tr>" + f"<td>{name}</td>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("variant", "status", *metrics, "error"))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _value_at(config: dict[str, Any], dotted: str) -> Any:
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)  # as `table` shows numbers
+
+
+def _raw_at(config: dict[str, Any], dotted: str) -> Any:
     node: Any = config
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        return node.get("name", str(node))
-    # A grid may vary a list-valued key; the value must be hashable to group variants by it.
-    return str(node) if isinstance(node, list) else node
+    return node
 
 
-def _groups(variants: dict[str, dict[str, Any]], keys: list[str]) -> dict[tuple, list[dict[str, Any]]]:
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for variant in variants.values():
-        if variant["status"] == "completed":
-            groups[tuple(_value_at(variant["config"], k) for k in keys)].append(variant)
+def group_variants(variants: dict[str, dict[str, Any]], varied: list[str]) -> Grouping:
+    """The `Grouping` of the completed variants by the varied keys, the seed aside. A key under
+    another varied key (``federated.strategy.name`` beside ``federated.strategy``) is part of
+    that key's value, and a key whose labels match another's in every variant (or never change)
+    says nothing more: both are left out, so that no label repeats a value."""
+    done = {slug: v for slug, v in variants.items() if v["status"] == "completed"}
+    keys = [k for k in varied if k != "seed" and not any(k.startswith(f"{other}.") for other in varied)]
+    columns: dict[str, list[str]] = {}
+    for key in keys:
+        column = _value_labels([_raw_at(v["config"], key) for v in done.values()])
+        if len(set(column)) > 1 and column not in columns.values():
+            columns[key] = column
+    kept = list(columns)
+    of = {slug: tuple(columns[k][i] for k in kept) for i, slug in enumerate(done)}
+    return Grouping(kept, _short_names(kept), of)
+
+
+def _value_labels(values: list[Any]) -> list[str]:
+    """Each value's label as the sweep's folder names give it (`axis_labels`): a mapping by its
+    name, and by the keys that tell it apart from another of the same name."""
+    distinct: dict[str, Any] = {}
+    for value in values:
+        distinct.setdefault(json.dumps(value, sort_keys=True, default=str), value)
+    labels = dict(zip(distinct, axis_labels(list(distinct.values()))))
+    return [labels[json.dumps(value, sort_keys=True, default=str)] for value in values]
+
+
+def _short_names(keys: list[str]) -> list[str]:
+    """The last dotted part of each key (the one before a final ``name``), more parts where two
+    keys would share one."""
+    parts = [k.split(".")[:-1] if k.endswith(".name") and "." in k else k.split(".") for k in keys]
+    depth = [1] * len(keys)
+    while True:
+        names = [".".join(p[-d:]) for p, d in zip(parts, depth)]
+        clashing = [i for i, n in enumerate(names) if names.count(n) > 1 and depth[i] < len(parts[i])]
+        if not clashing:
+            return names
+        for i in clashing:
+            depth[i] += 1
+
+
+def _groups(variants: dict[str, dict[str, Any]], grouping: Grouping,
+            keys: list[str] | None = None) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The completed variants by their labels of ``keys`` (default: every key of ``grouping``)."""
+    chosen = [i for i, k in enumerate(grouping.keys) if keys is None or k in keys]
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for slug, labels in grouping.of.items():
+        groups[tuple(labels[i] for i in chosen)].append(variants[slug])
     return groups
 
 
-def _group_table(variants: dict[str, dict[str, Any]], grid_keys: list[str], metrics: list[str]) -> str:
-    keys = [k for k in grid_keys if k != "seed"]
-    if not keys or "seed" not in grid_keys:
+def _spread_note(seeds_per_group: list[int], what: str) -> str:
+    """Names the spread: ``mean ± std over N seeds``, or that one seed gives none."""
+    sizes = sorted(set(seeds_per_group))
+    if not sizes or sizes[-1] < 2:
+        return f"<p>{html.escape(what)}: one seed per group, so no spread.</p>"
+    seeds = f"{sizes[0]} seeds" if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]} seeds"
+    return (f"<p>{html.escape(what)}: mean ± std (population) over {seeds}"
+            + ("; a group of one seed shows its value, marked (1 seed)" if sizes[0] < 2 else "") + ".</p>")
+
+
+def _group_table(variants: dict[str, dict[str, Any]], grouping: Grouping, metrics: list[str]) -> str:
+    if not grouping.keys:
         return ""
-    groups = _groups(variants, keys)
+    groups = _groups(variants, grouping)
     rows = [(*group, len(members), *[mean_spread([v["final_metrics"][m] for v in members if m in v["final_metrics"]])
-                                      for m in metrics]) for group, members in sorted(groups.items(), key=str)]
-    return table(rows, (*keys, "seeds", *metrics))
+                                      for m in metrics]) for group, members in sorted(groups.items())]
+    note = _spread_note([len(m) for m in groups.values()], "Final metrics")
+    return note + table(rows, (*grouping.names, "seeds", *metrics))
 
 
-def _pivot(variants: dict[str, dict[str, Any]], grid_keys: list[str]) -> str:
-    strategy = next((k for k in grid_keys if "strategy" in k), None)
-    attack = next((k for k in grid_keys if "attack" in k), None)
-    if strategy is None or attack is None:
+def _pivot(variants: dict[str, dict[str, Any]], grouping: Grouping) -> str:
+    """Rows: the strategies; columns: the attacks (with whatever else the sweep varies)."""
+    strategy = next((k for k in grouping.keys if "strategy" in k), None)
+    if strategy is None or not any("attack" in k for k in grouping.keys):
         return ""
-    groups = _groups(variants, [strategy, attack])
-    strategies = sorted({s for s, _ in groups}, key=str)
-    attacks = sorted({a for _, a in groups}, key=str)
-    accuracy = lambda s, a: [v["final_metrics"].get("test_accuracy", np.nan) for v in groups.get((s, a), [])]
+    others = [k for k in grouping.keys if k != strategy]
+    position = grouping.keys.index(strategy)
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for group, members in _groups(variants, grouping).items():
+        rest = tuple(label for i, label in enumerate(group) if i != position)
+        column = rest[0] if len(rest) == 1 else grouping.label(group, others)
+        cells[group[position], column] += [v["final_metrics"].get("test_accuracy", np.nan) for v in members]
+    strategies = sorted({s for s, _ in cells})
+    columns = sorted({c for _, c in cells})
     rows = []
     for s in strategies:
-        means = [float(np.mean(accuracy(s, a))) for a in attacks if accuracy(s, a)]
-        rows.append((s, *[mean_spread(accuracy(s, a)) for a in attacks], f"{np.mean(means):.4f}" if means else "-"))
-    note = "<p>Final test accuracy, mean ± std over seeds; last column: mean over attacks.</p>"
-    return note + table(rows, ("strategy", *map(str, attacks), "mean over attacks"))
+        means = [float(np.mean(cells[s, c])) for c in columns if cells.get((s, c))]
+        spreads = [mean_spread(cells.get((s, c), [])) for c in columns]
+        rows.append((s, *spreads, f"{np.mean(means):.4f}" if means else "-"))
+    note = _spread_note([len(v) for v in cells.values()], "Final test accuracy")
+    note += "<p>Last column: the mean over the columns.</p>"
+    return note + table(rows, (grouping.names[position], *columns, "mean over columns"))
 
 
-def _curves(variants: dict[str, dict[str, Any]], grid_keys: list[str], metrics: list[str], out_dir: Path) -> str:
-    keys = [k for k in grid_keys if k != "seed"] or grid_keys
-    groups = _groups(variants, keys)
+def _curves(variants: dict[str, dict[str, Any]], grouping: Grouping, metrics: list[str], out_dir: Path) -> str:
+    groups = _groups(variants, grouping)
     lines: dict[str, tuple[list[float], list[float]]] = {}
     metric = None
-    for group, members in sorted(groups.items(), key=str):
+    for group, members in sorted(groups.items()):
         curves = [numeric_series(v["metrics"]) for v in members]
         metric = metric or next((m for m in metrics if all(m in c for c in curves)), None)
         if metric is None or not all(metric in c for c in curves):
             continue
         length = min(len(c[metric][1]) for c in curves)
         xs = curves[0][metric][0][:length]
-        lines[", ".join(map(str, group))] = (xs, list(np.mean([c[metric][1][:length] for c in curves], axis=0)))
-    if not lines:
+        ys = list(np.mean([c[metric][1][:length] for c in curves], axis=0))
+        lines[grouping.label(group) or "all variants"] = (xs, ys)
+    if not lines or metric is None:
         return ""
     axis = x_axis(next(iter(variants.values()))["metrics"])
-    plot_curve(out_dir / "sweep-curves.png", f"{metric} (mean over seeds)", axis, lines)
+    plot_curve(out_dir / "sweep-curves.png", f"{metric} (mean over seeds)", axis, lines, ylabel=axis_label(metric))
     return image("sweep-curves.png", f"{metric} per variant group")

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.claims", "testbed.claims.config", "testbed.claims.expressions", "testbed.claims.papers",
      "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
     ("testbed.run", "testbed.provenance", "testbed.tracking", "testbed.report", "testbed.runner", "testbed.loading",
+     "testbed.sweep_status", "testbed.sweep_names",
      "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training",
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
