@@ -143,8 +143,24 @@ def _shorten(run_dir: Path, edit) -> None:
 
 
 def _resume(run_dir: Path) -> dict:
-    resumed = _testbed("resume", run_dir, "--quiet")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    """``testbed resume`` to the end; no process it started (Ray, Flower's actors, mpiexec and its
+    ranks, the DeepSpeed launcher and its ranks) may outlive it."""
+    child = subprocess.Popen([sys.executable, "-m", "testbed.cli", "resume", str(run_dir), "--quiet"], env=_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parent, seen = psutil.Process(child.pid), {}
+    while child.poll() is None:  # every descendant ever seen, also those that later detach
+        try:
+            seen.update({p.pid: p for p in parent.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    err = child.communicate(timeout=600)[1]
+    assert child.returncode == 0, err[-3000:]
+    ended = time.monotonic()
+    while _alive(list(seen.values())) and time.monotonic() < ended + EXIT_WITHIN_S:
+        time.sleep(0.1)
+    left = [f"{p.pid} {' '.join(p.cmdline())[:100]}" for p in _alive(list(seen.values()))]
+    assert not left, f"still alive {EXIT_WITHIN_S} s after the resumed run ended: {left}"
     return json.loads((run_dir / "summary.json").read_text())
 
 
