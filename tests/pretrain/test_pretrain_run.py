@@ -40,8 +40,9 @@ DETERMINISTIC = ("train_loss", "heldout_loss", "fact_recall", "fact_invented_rat
 
 @pytest.fixture
 def pretrain_scenario(tmp_path: Path):
-    def write(**engine) -> Path:
-        data = {**TINY_PRETRAIN, "engine": engine or {"type": "local"}}
+    def write(pretrain: dict | None = None, **engine) -> Path:
+        data = {**TINY_PRETRAIN, "engine": engine or {"type": "local"},
+                "pretrain": {**TINY_PRETRAIN["pretrain"], **(pretrain or {})}}
         path = tmp_path / f"pretrain-{engine.get('type', 'local')}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
@@ -114,9 +115,11 @@ def test_pretraining_report_leads_with_the_losses_and_leaves_out_what_was_not_me
     assert "curve-heldout_loss.png" not in html and "curve-loss.png" not in html  # charted once, in Loss curves
 
 
-def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_reference_numbers(
+def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_reference_numbers(
         pretrain_scenario, tmp_path, local_run):
-    path = pretrain_scenario(type="deepspeed", num_procs=2)
+    # ZeRO stage 2 (optimizer states and gradients partitioned over the two ranks); the interrupt
+    # test of tests/core/test_signals.py runs the two-process launcher at stage 0.
+    path = pretrain_scenario({"zero_stage": 2}, type="deepspeed", num_procs=2)
     run_dir = tmp_path / "run"
     # Records come at steps 2, 4, 6 and DeepSpeed checkpoints at 3 and 6: killed after step 4's record.
     killed = _testbed("run", path, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
@@ -142,6 +145,9 @@ def test_two_process_deepspeed_run_resumes_from_its_checkpoint_with_the_referenc
             if key in reference:
                 assert ours[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
     assert sorted(p.name for p in (run_dir / "deepspeed").glob("step*")) == ["step000000003", "step000000006"]
+    # Each rank saved its own partition of the optimizer states: ZeRO was on (stage 0 keeps them whole).
+    partitions = {p.name for p in (run_dir / "deepspeed" / "step000000006").glob("zero_pp_rank_*_optim_states.pt")}
+    assert partitions == {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"}
     # The resumed run ends with the final metrics of an uninterrupted one (to float summation order):
     # no throughput among them, which a resumed run measures anew; that is in the timings.
     reference = json.loads((local_run / "summary.json").read_text())
