@@ -24,7 +24,7 @@ from testbed.run import RunFolder
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1100px;color:#222}
-h1{font-size:1.6rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+h1{font-size:1.6rem;overflow-wrap:anywhere} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;margin:.5rem 0} td,th{border:1px solid #ccc;padding:.25rem .6rem;text-align:left}
 th{background:#f3f3f3} .grid{display:flex;flex-wrap:wrap;gap:.5rem} figure{margin:0;flex:1 1 45%;min-width:380px}
 img{max-width:100%} .runline{color:#555;margin-top:-.4rem} pre{background:#f7f7f7;padding:.7rem;overflow-x:auto}

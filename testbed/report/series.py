@@ -1,7 +1,8 @@
 """How a run's metric series become charts: constants folded into a table, sibling series overlaid.
 
-A metric name reads as ``[arm.]split_measure``: ``train_loss`` and ``test_loss`` are the measure
-``loss`` on two splits, ``random_walk.test_loss`` is the same measure of one arm of a comparison.
+A metric name reads as ``[arm.]split_measure[_k]``: ``train_loss`` and ``test_loss`` are the measure
+``loss`` on two splits, ``random_walk.test_loss`` is the same measure of one arm of a comparison,
+``test_distance_1`` and ``test_distance_64`` are members 1 and 64 of the family ``distance``.
 Series of one measure share a chart (train beside test, each arm beside the others), so that a
 reader compares them on one axis instead of across charts; a series that never changes is a
 row of a table, not a flat line on an axis of noise.
@@ -10,6 +11,7 @@ row of a table, not a flat line on an axis of noise.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -64,6 +66,13 @@ def split_name(name: str) -> tuple[str, str, str]:
     return arm, "", last
 
 
+def family(measure: str) -> tuple[str, str]:
+    """A measure with a numeric suffix (``distance_16``: the distance at 16 sampler steps) belongs
+    to the family ``distance``, its line labelled ``16``; any other measure is its own family."""
+    found = re.fullmatch(r"(.+?)_(\d+)", measure)
+    return (found.group(1), found.group(2)) if found else (measure, "")
+
+
 def axis_label(measure: str) -> str:
     """A y-axis label: the measure, with its unit where one is known and differs from the name."""
     endings = [end for end in UNITS if measure.endswith(end)]
@@ -92,7 +101,8 @@ def charts(series: Mapping[str, Series]) -> list[Chart]:
         if is_constant(points[1]):
             continue
         arm, split, measure = split_name(name)
-        label = " ".join(part for part in (arm, split) if part) or measure
+        measure, member = family(measure)
+        label = " ".join(part for part in (arm, split, member) if part) or measure
         grouped.setdefault(measure, {})[label] = (name, points)
     result = []
     for measure, lines in sorted(grouped.items()):
@@ -105,7 +115,9 @@ def charts(series: Mapping[str, Series]) -> list[Chart]:
     return result
 
 
-def _line_order(label: str) -> tuple[int, str]:
-    """Train first, test last, arms alphabetical within a split."""
-    split = label.rsplit(" ", 1)[-1]
-    return (SPLITS.index(split) if split in SPLITS else len(SPLITS), label)
+def _line_order(label: str) -> tuple[int, int, str]:
+    """Train first, test last, a family's members by their number, arms alphabetical."""
+    words = label.split(" ")
+    number = int(words.pop()) if words and words[-1].isdigit() else -1
+    split = words[-1] if words else ""
+    return (SPLITS.index(split) if split in SPLITS else len(SPLITS), number, label)

@@ -38,3 +38,9 @@ def test_names_split_into_arm_split_and_measure_and_units_match_the_longest_endi
     assert series.axis_label("aggregation_s") == "aggregation s (seconds)"
     assert series.axis_label("tokens_per_s_per_process") == "tokens per s per process (per second per process)"
     assert series.axis_label("distance_1") == "distance 1"
+
+
+def test_numbered_members_of_a_measure_share_a_chart_in_numeric_order():
+    found = {f"test_distance_{k}": _points(k, -1) for k in (64, 2, 1, 16)}
+    [chart] = series.charts(found)
+    assert chart.measure == "distance" and list(chart.lines) == ["test 1", "test 2", "test 16", "test 64"]
