@@ -136,9 +136,9 @@ class MetricCurvesSection(ReportSection):
         fixed = series.constants(found)
         parts = ['<div class="grid">' + "".join(figures) + "</div>"] if figures else []
         if fixed:
-            parts.append(f"<p>Unchanged over the run (or recorded once), one row each instead of a flat {axis} "
-                         "curve:</p>" + table(sorted(fixed.items()), ("metric", "value")))
-        return "".join(parts)
+            parts.append(f"<p>Unchanged over the run, one row each instead of a flat {axis} curve:</p>"
+                         + table(sorted(fixed.items()), ("metric", "value")))
+        return "".join(parts)  # empty (left out) when every metric was recorded once: see the final values
 
 
 class ConfigSection(ReportSection):

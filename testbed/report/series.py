@@ -89,8 +89,9 @@ def is_constant(ys: list[float]) -> bool:
 
 
 def constants(series: Mapping[str, Series]) -> dict[str, float]:
-    """The series that never change, with their value."""
-    return {name: ys[-1] for name, (_, ys) in series.items() if is_constant(ys)}
+    """The series recorded more than once that never change, with their value (one recorded once
+    is a final value only: the report's final-values table has it)."""
+    return {name: ys[-1] for name, (_, ys) in series.items() if len(ys) > 1 and is_constant(ys)}
 
 
 def charts(series: Mapping[str, Series]) -> list[Chart]:
