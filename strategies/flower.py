@@ -10,6 +10,11 @@ Clients should reply with an ArrayRecord of their full ``state_dict`` and a
 MetricRecord holding ``num-examples`` and, for reproducible ordering,
 ``partition-id`` (see :mod:`strategies.base`). The rules themselves live in
 :mod:`strategies.robust` and :mod:`strategies.sdea`.
+
+Under ``flwr run`` with a local federation, Flower itself starts a managed ``flower-superlink
+--simulation`` detached from the command and keeps it, with its simulation's actors, for the next
+``flwr run`` (``flwr/cli/local_superlink.py``): those processes are Flower's by design, not left
+behind by these strategies. Stop them with ``pkill -f flower-superlink``.
 """
 
 from __future__ import annotations
