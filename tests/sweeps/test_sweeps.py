@@ -163,7 +163,7 @@ def _hand_made_federated_sweep(root) -> RunFolder:
     sweep = {"grid": {"federated.strategy": [{"name": "fedavg"}, {"name": "sdea"}], "federated.attack": [lie, marsfl],
                       "seed": [0, 1]}, "variants": [{"federated.strategy.name": "fedavg"}]}
     folder = RunFolder.create(root / "sweep", {"name": "fed", "kind": "federated", "sweep": sweep})
-    results = {"e": {"status": "failed", "error": "interrupted before it started"}}
+    results: dict[str, dict] = {"e": {"status": "failed", "error": "interrupted before it started"}}
     for slug, (strategy, attack, seed, accuracy) in arms.items():
         variant = RunFolder.create(root / "sweep" / "variants" / slug, {
             "kind": "federated", "seed": seed, "federated": {"strategy": {"name": strategy}, "attack": attack}})
