@@ -95,13 +95,20 @@ def _alive(processes: list) -> list:
     return alive
 
 
+def _default_sigint() -> None:
+    """SIGINT as a terminal gives it. A suite started in the background of a non-interactive shell
+    (``make test &``) inherits SIGINT ignored, which its children would inherit, and a run rightly
+    leaves an ignored SIGINT ignored (`testbed.interrupts`): then no run here could be interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(scenario_path: Path, run_dir: Path) -> tuple[float, list[str]]:
     """Run ``testbed run`` until its first metrics record, SIGINT it, and check how it ends.
 
     Returns how long it took to exit, and what its process tree was just before the signal."""
     child = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario_path), "--run-dir",
                               str(run_dir), "--quiet"], env=_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_sigint)
     try:
         deadline = time.monotonic() + FIRST_RECORD_WITHIN_S
         metrics = run_dir / "metrics.jsonl"
