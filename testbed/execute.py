@@ -36,7 +36,7 @@ def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quie
               overrides: Sequence[str] = ()) -> RunFolder:
     """Validate, create the run folder (recording the ``--set`` ``overrides``) and run the scenario to the end."""
     preflight(scenario, source)
-    run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"), overrides)
+    run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"), overrides, source)
     try:
         _execute(scenario, run, quiet, source)
     except ResumableFailure:

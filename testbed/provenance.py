@@ -15,9 +15,11 @@ from testbed.run import RunFolder
 
 
 def provenance(run: RunFolder, source: str) -> dict[str, Any]:
-    """Where a run's numbers come from: the scenario file, the ``--set`` overrides and the commit."""
+    """Where a run's numbers come from: the scenario file it was started from (``source``, the file
+    this process read, where the folder does not record one: a resume reads config.yaml), the
+    ``--set`` overrides and the commit."""
     commit = source_commit()
-    return {"file": source, "overrides": run.read_overrides(),
+    return {"file": run.read_source() or source, "overrides": run.read_overrides(),
             "commit": commit.removesuffix("+dirty") if commit else None,
             "dirty": commit.endswith("+dirty") if commit else None}
 

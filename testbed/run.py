@@ -4,6 +4,7 @@ Layout of a run folder::
 
     config.yaml      the scenario as resolved (overrides applied); `resume` reads it back
     overrides.yaml   the command line's ``--set KEY=VALUE`` overrides, in order (as Hydra keeps them)
+    source.txt       the scenario file the run was started from (summary.json names it, also after a resume)
     metrics.jsonl    one JSON record per round or evaluation step, appended and fsynced
     checkpoints/     ckpt-<step>.pt, written atomically; the two newest are kept
     summary.json     final metrics, timings, seed, versions, source (file, overrides, commit); once completed
@@ -168,6 +169,7 @@ class RunFolder:
         self.path = Path(path)
         self.config_path = self.path / "config.yaml"
         self.overrides_path = self.path / "overrides.yaml"
+        self.source_path = self.path / "source.txt"
         self.metrics_path = self.path / "metrics.jsonl"
         self.summary_path = self.path / "summary.json"
         self.checkpoint_dir = self.path / "checkpoints"
@@ -178,8 +180,10 @@ class RunFolder:
         self._lock: weakref.finalize | None = None
 
     @classmethod
-    def create(cls, path: str | Path, resolved_config: dict[str, Any], overrides: Sequence[str] = ()) -> RunFolder:
-        """Make a new run folder; an existing non-empty folder is refused."""
+    def create(cls, path: str | Path, resolved_config: dict[str, Any], overrides: Sequence[str] = (),
+               source: str | None = None) -> RunFolder:
+        """Make a new run folder (started from the scenario file ``source``, where there is one); an
+        existing non-empty folder is refused."""
         run = cls(path)
         if run.path.exists() and not run.path.is_dir():
             raise UserError(f"{run.path}: exists and is not a folder; use another --run-dir")
@@ -192,6 +196,8 @@ class RunFolder:
             run.lock()
             atomic_write(run.config_path, yaml.safe_dump(resolved_config, sort_keys=False).encode())
             atomic_write(run.overrides_path, yaml.safe_dump(list(overrides)).encode())
+            if source is not None:
+                atomic_write(run.source_path, source.encode())
             run.metrics_path.touch()
         return run
 
@@ -227,6 +233,10 @@ class RunFolder:
         if not self.overrides_path.is_file():
             return []
         return [str(o) for o in yaml.safe_load(self.overrides_path.read_text()) or []]
+
+    def read_source(self) -> str | None:
+        """The scenario file the run was started from (None for folders made before it was kept)."""
+        return self.source_path.read_text() if self.source_path.is_file() else None
 
     def title(self) -> str:
         """The run as resolved: the scenario's name and the overrides that changed it."""

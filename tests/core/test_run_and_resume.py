@@ -84,6 +84,8 @@ def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(write_scenario
     assert resumed.returncode == 0, resumed.stderr
     assert _summary(tmp_path / "run")["final_metrics"] == _summary(tmp_path / "ref")["final_metrics"]
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == (tmp_path / "ref" / "metrics.jsonl").read_text()
+    # The resumed run still names the scenario file it was started from, not its own config.yaml.
+    assert _summary(tmp_path / "run")["source"]["file"] == str(path)
 
 
 def test_resume_of_a_completed_run_is_refused(cli, write_scenario, tmp_path):
