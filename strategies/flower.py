@@ -12,9 +12,10 @@ MetricRecord holding ``num-examples`` and, for reproducible ordering,
 :mod:`strategies.robust` and :mod:`strategies.sdea`.
 
 Under ``flwr run`` with a local federation, Flower itself starts a managed ``flower-superlink
---simulation`` detached from the command and keeps it, with its simulation's actors, for the next
-``flwr run`` (``flwr/cli/local_superlink.py``): those processes are Flower's by design, not left
-behind by these strategies. Stop them with ``pkill -f flower-superlink``.
+--simulation`` detached from the command and keeps it, with its SuperExec and an idle
+``flwr-simulation``, for the next ``flwr run`` (``flwr/cli/local_superlink.py``): those processes are
+Flower's by design; the run's own Ray workers end with the run. ``pkill -f flower-superlink`` stops
+all three. ``scenarios/flower-app`` is such an app.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""SDEA against Byzantine clients as a plain Flower App (`flwr run`), built on testbed.strategies."""
