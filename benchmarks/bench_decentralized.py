@@ -2,17 +2,22 @@
 
 1. The pairwise (epsilon, delta) matrix of random-walk DP-SGD (closed form (R2) of
    `topologies.random_walk_pndp`, then `topologies.linear_rdp_to_dp` on every pair) on an
-   Erdos-Renyi graph (p = 1.2 ln n / n) at n = 512 and 2048, and 10,000 with ``--full`` (minutes,
-   about 5 GB): wall time and peak memory (max RSS of a fresh child process per size).
-2. The same matrix at n = 256, vectorised against a naive per-pair loop (each entry from the
+   Erdos-Renyi graph (p = 1.2 ln n / n) at n = 512 and 2048, and 10,000 with ``--full``: its graph
+   term by the dense eigendecomposition (the yardstick) and by the Chebyshev expansion on the
+   sparse walk, side by side: wall time, CPU time, peak memory (max RSS of a fresh child process
+   per size and method), and the largest relative difference of sampled rows of rho from the
+   finite sum (R1), computed independently by powers of W (R2 - R1 is below 1e-40 here).
+2. Sources-only rows (k = 8 chosen nodes) by the Chebyshev expansion, at n = 10,000 and, with
+   ``--full``, 100,000: no n x n array anywhere.
+3. The same matrix at n = 256, vectorised against a naive per-pair loop (each entry from the
    shared eigendecomposition by its own dot product, each conversion by `rdp_to_dp` over a grid of
    200 orders up to the valid maximum): CPU-time ratio.
-3. Random-walk DP-SGD steps per second with the nodes vectorised in-process, on Ray actors
+4. Random-walk DP-SGD steps per second with the nodes vectorised in-process, on Ray actors
    (in-process Ray, 2 CPUs) and on MPI ranks (``mpiexec -n 2``), same scenario and seed; the
    training chunks only, after start-up; the three final tokens are compared.
 
-    python benchmarks/bench_decentralized.py            # n = 512, 2048; ~2 minutes
-    python benchmarks/bench_decentralized.py --full     # adds n = 10,000
+    python benchmarks/bench_decentralized.py            # n = 512, 2048; ~3 minutes
+    python benchmarks/bench_decentralized.py --full     # adds n = 10,000 (eigh: ~10 minutes) and 100,000 rows
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ import numpy as np
 
 SIZES = (512, 2048)
 FULL_SIZE = 10_000
+SOURCES_SIZE = 100_000
 DELTA, SIGMA = 1e-5, 1.0
 
 
-def pairwise_matrix(n: int) -> dict:
-    """Time the pairwise matrix at size n in this process; report peak RSS."""
+def pairwise_matrix(n: int, graph_term: str) -> dict:
+    """Time the pairwise matrix at size n in this process with the given graph-term method;
+    report peak RSS and the error of sampled rows against the finite sum."""
     from testbed.topologies import (
         build_graph,
         linear_rdp_to_dp,
@@ -46,13 +53,41 @@ def pairwise_matrix(n: int) -> dict:
     walk = metropolis_hastings(graph, sparse=True)
     start, cpu_start = time.perf_counter(), time.process_time()
     steps = walk_length(walk, SIGMA)
-    rho = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0)
+    rho = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, graph_term=graph_term)
     rho /= 2.0  # eps(alpha) / alpha: the per-pair zCDP rho
     eps, _ = linear_rdp_to_dp(rho, DELTA, max_order=max_valid_order(SIGMA))
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"n": n, "walk_steps": steps, "seconds": seconds, "cpu_s": cpu, "peak_rss_mb": peak_mb,
-            "max_epsilon": float(eps.max())}
+    return {"n": n, "method": graph_term, "walk_steps": steps, "seconds": seconds, "cpu_s": cpu,
+            "peak_rss_mb": peak_mb, "max_epsilon": float(eps.max()),
+            "rows_rel_error": _rows_error(walk, steps, rho)}
+
+
+def _rows_error(walk, steps: int, rho: np.ndarray, rows: int = 4) -> float:
+    """Largest relative difference of ``rows`` sampled rows of rho from the finite sum (R1)."""
+    from testbed.topologies import random_walk_pndp
+
+    sources = np.random.default_rng(1).choice(walk.shape[0], size=rows, replace=False)
+    reference = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, method="finite_sum", sources=sources) / 2.0
+    off = reference > 0
+    return float(np.max(np.abs(rho[sources][off] - reference[off]) / reference[off]))
+
+
+def sources_only(n: int, k: int = 8) -> dict:
+    """Rows of k nodes by the Chebyshev expansion: time, peak RSS and the error against (R1)."""
+    from testbed.topologies import build_graph, metropolis_hastings, random_walk_pndp, walk_length
+
+    walk = metropolis_hastings(build_graph("erdos_renyi", n=n, seed=0), sparse=True)
+    sources = np.random.default_rng(2).choice(n, size=k, replace=False)
+    start = time.perf_counter()
+    steps = walk_length(walk, SIGMA)
+    rho = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, sources=sources, graph_term="chebyshev") / 2.0
+    seconds = time.perf_counter() - start
+    reference = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, method="finite_sum", sources=sources) / 2.0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    off = reference > 0
+    return {"n": n, "k": k, "walk_steps": steps, "seconds": seconds, "peak_rss_mb": peak_mb,
+            "rows_rel_error": float(np.max(np.abs(rho[off] - reference[off]) / reference[off]))}
 
 
 def naive_versus_vectorised(n: int = 256) -> dict:
@@ -146,32 +181,43 @@ def walk_throughput(steps: int = 600) -> dict:
     return {"steps_per_s": results, "max_token_difference_vs_local": gaps, "torch_threads": torch.get_num_threads()}
 
 
-def _child(n: int) -> dict:
-    """Run `pairwise_matrix(n)` in a fresh interpreter, so its peak RSS is its own."""
-    done = subprocess.run([sys.executable, __file__, "--child", str(n)], capture_output=True, text=True, check=True)
+def _child(*args: str) -> dict:
+    """Run one measurement in a fresh interpreter, so its peak RSS is its own."""
+    done = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="also n = 10,000 (minutes, ~5 GB)")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--full", action="store_true", help="also n = 10,000 (eigh: ~10 minutes) and 100,000 rows")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
-        print(json.dumps(pairwise_matrix(options.child)))
+        kind, n, *rest = options.child
+        result = pairwise_matrix(int(n), rest[0]) if kind == "matrix" else sources_only(int(n))
+        print(json.dumps(result))
         return
-    print("1. pairwise (epsilon, delta) matrix of random-walk DP-SGD, Erdos-Renyi graphs")
+    print("1. pairwise (epsilon, delta) matrix of random-walk DP-SGD, Erdos-Renyi graphs; graph term by")
+    print("   eigh (dense, the yardstick) and by the Chebyshev series (sparse); rows checked against (R1)")
     for n in SIZES + ((FULL_SIZE,) if options.full else ()):
-        r = _child(n)
-        print(f"   n = {r['n']:6d}  T = {r['walk_steps']:6d}  {r['seconds']:8.2f} s wall  {r['cpu_s']:8.2f} s CPU"
-              f"  peak RSS {r['peak_rss_mb']:8.0f} MB"
-              f"  max eps {r['max_epsilon']:.3f}")
+        runs = {method: _child("matrix", str(n), method) for method in ("eigh", "chebyshev")}
+        for r in runs.values():
+            print(f"   n = {r['n']:6d}  {r['method']:9s}  T = {r['walk_steps']:5d}  {r['seconds']:8.2f} s wall"
+                  f"  {r['cpu_s']:8.2f} s CPU  peak RSS {r['peak_rss_mb']:6.0f} MB  max eps {r['max_epsilon']:.4f}"
+                  f"  rows vs (R1): {r['rows_rel_error']:.1e} relative")
+        print(f"   n = {n:6d}  chebyshev / eigh: {runs['chebyshev']['seconds'] / runs['eigh']['seconds']:.3f}x wall,"
+              f" {runs['chebyshev']['peak_rss_mb'] / runs['eigh']['peak_rss_mb']:.2f}x peak memory")
+    print("2. sources-only rows (k = 8) by the Chebyshev series")
+    for n in (FULL_SIZE,) + ((SOURCES_SIZE,) if options.full else ()):
+        r = _child("sources", str(n))
+        print(f"   n = {r['n']:6d}  T = {r['walk_steps']:5d}  {r['seconds']:8.2f} s wall"
+              f"  peak RSS {r['peak_rss_mb']:6.0f} MB  rows vs (R1): {r['rows_rel_error']:.1e} relative")
     r = naive_versus_vectorised()
-    print(f"2. n = {r['n']}, CPU time: vectorised {r['vectorised_s']:.3f} s, naive per-pair loop {r['naive_s']:.2f} s: "
+    print(f"3. n = {r['n']}, CPU time: vectorised {r['vectorised_s']:.3f} s, naive per-pair loop {r['naive_s']:.2f} s: "
           f"{r['speedup']:.0f}x (max |difference| {r['max_abs_difference']:.2e})")
     r = walk_throughput()
     rates = r["steps_per_s"]
-    print("3. random-walk DP-SGD steps per second (16 nodes, digits, logistic regression):")
+    print("4. random-walk DP-SGD steps per second (16 nodes, digits, logistic regression):")
     for name, rate in rates.items():
         print(f"   {name:5s} {rate:9.1f} steps/s   ({rates['local'] / rate:.1f}x slower than local)")
     print(f"   final token vs local, max |difference|: {r['max_token_difference_vs_local']}")

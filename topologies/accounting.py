@@ -44,11 +44,12 @@ import scipy.sparse as sp
 from scipy.special import digamma
 
 from ._checks import require_int
+from .chebyshev import graph_term_rows, log_series, spectrum_interval
 from .errors import TopologyError
-from .spectral import spectral_gap
+from .spectral import SPARSE_SPECTRUM_FROM, spectral_gap
 from .walks import validate_walk
 
-METHODS = ("closed_form", "finite_sum")
+METHODS = ("closed_form", "finite_sum", "hitting_time")
 
 
 def harmonic_number(T: int) -> float:
@@ -80,11 +81,44 @@ def max_valid_order(sigma: float, sensitivity: float = 1.0) -> float:
     return 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * ratio))
 
 
-def random_walk_graph_term(matrix) -> np.ndarray:
-    """L = -ln(I - W + 11^T/n) for a symmetric doubly stochastic ergodic W (the graph
-    term of (R2)), through one `scipy.linalg.eigh` of I - W + 11^T/n: O(n^3) time,
-    about four n x n float64 arrays of memory."""
+GRAPH_TERM_METHODS = ("auto", "eigh", "chebyshev")
+# Measured here: one eigh flop costs about a twentieth of one sparse-dense multiply-add.
+_EIGH_FLOP_ADVANTAGE = 20.0
+
+
+def random_walk_graph_term(matrix, *, sources=None, method: str = "auto", tol: float = 1e-12) -> np.ndarray:
+    """Rows ``sources`` (default: all) of L = -ln(I - W + 11^T/n) for a symmetric doubly
+    stochastic ergodic W (the graph term of (R2)).
+
+    ``method="eigh"``: one `scipy.linalg.eigh` of I - W + 11^T/n, O(n^3) time and about four
+    n x n float64 arrays whatever rows are asked. ``"chebyshev"``: a Chebyshev expansion on the
+    sparse W (`topologies.chebyshev`), O(K nnz) per row and no n x n array beyond the result,
+    each entry within ``tol`` of the exact value. ``"auto"`` takes the cheaper by an operation
+    count (K from the spectrum, the eigendecomposition credited with its BLAS speed)."""
     walk = validate_walk(matrix, doubly_stochastic=True, symmetric=True)
+    if method not in GRAPH_TERM_METHODS:
+        raise TopologyError(f"unknown graph-term method '{method}' (known: {', '.join(GRAPH_TERM_METHODS)})")
+    n = walk.shape[0]
+    index = source_index(sources, n)
+    if method == "auto":
+        method = "chebyshev" if _chebyshev_is_cheaper(walk, index.size, tol) else "eigh"
+    if method == "chebyshev":
+        return graph_term_rows(walk, index, require_positive("tol", tol))
+    full = _graph_term_by_eigh(walk)
+    return full if sources is None else full[index]
+
+
+def _chebyshev_is_cheaper(walk, rows: int, tol: float) -> bool:
+    n = walk.shape[0]
+    if rows == n and (n < SPARSE_SPECTRUM_FROM or not sp.issparse(walk)):
+        return False  # small or dense: the spectrum for K would already cost an eigendecomposition
+    nnz = walk.nnz if sp.issparse(walk) else np.count_nonzero(walk)
+    terms = log_series(*spectrum_interval(walk), tol).coefficients.size
+    return terms * (nnz + 4 * n) * rows * _EIGH_FLOP_ADVANTAGE < 4.0 * n**3
+
+
+def _graph_term_by_eigh(walk) -> np.ndarray:
+    """L by one `scipy.linalg.eigh` of I - W + 11^T/n (W already validated)."""
     shifted = walk.toarray() if sp.issparse(walk) else np.array(walk, dtype=np.float64)
     n = shifted.shape[0]
     # Build I - W + 11^T/n in place: its eigenvalues are 1 (on 1/sqrt(n)) and 1 - lambda_k,
@@ -123,6 +157,34 @@ def random_walk_visit_sum(matrix, T: int, sources=None) -> np.ndarray:
     return total
 
 
+def random_walk_first_hit_sum(matrix, T: int, sources=None) -> np.ndarray:
+    """Rows ``sources`` (default: all) of sum_{t=1..T} P[tau_uv = t] / t, tau_uv the first
+    t >= 1 at which the walk started at u is at v: PN-f-DP's "RDP (HT)" weights, which only
+    count the first visit of v (later views of the token are post-processing of that one plus
+    noise independent of u). By the recursion P[tau = t]_uv = sum_{k != v} W_uk P[tau = t-1]_kv,
+    i.e. T products of W with an n x n array whose diagonal is zeroed between steps:
+    O(T n nnz), whatever rows are asked. Entrywise <= `random_walk_visit_sum`."""
+    walk = validate_walk(matrix)
+    n = walk.shape[0]
+    index = source_index(sources, n)
+    left = _left_multiplier(walk)
+    hit = walk.toarray() if sp.issparse(walk) else walk.copy()  # P[tau = 1] = W
+    total = hit.copy()
+    for t in range(2, require_int("T", T, 1) + 1):
+        np.fill_diagonal(hit, 0.0)  # walks that already hit v drop out
+        hit = left(hit)
+        total += hit / t
+    return total[index]
+
+
+def _left_multiplier(walk):
+    """Function X -> W @ X, sparse when W is sparse enough for it to pay."""
+    if sp.issparse(walk) or np.count_nonzero(walk) < 0.1 * walk.size:
+        csr = sp.csr_array(walk)
+        return lambda block: csr @ block
+    return lambda block: walk @ block
+
+
 def closed_form_tail_bound(matrix, T: int) -> float:
     """Bound on max_{u,v} |(R2 bracket) - (R1 sum)| = |sum_k sum_{t>T} lambda_k^t/t phi_k(u)
     phi_k(v)| <= g^(T+1) / ((T+1)(1-g)), g = max_{k>=2} |lambda_k| (Cauchy-Schwarz on the
@@ -142,12 +204,16 @@ def random_walk_pndp(
     contributions=None,
     method: str = "closed_form",
     sources=None,
+    graph_term: str = "auto",
 ) -> np.ndarray:
     """PNDP matrix eps[u, v] = eps_{u->v}(alpha) of random-walk DP-SGD, (R2) or (R1).
 
     ``contributions`` is N_u (scalar, or one value per node); default T/n, which needs a
-    doubly stochastic W. ``method="closed_form"`` (R2) needs W symmetric too;
-    ``"finite_sum"`` (R1) takes any ergodic W when N_u is given. ``sources`` selects the
+    doubly stochastic W. ``method="closed_form"`` (R2) needs W symmetric too, and computes its
+    graph term by ``graph_term`` (see `random_walk_graph_term`);
+    ``"finite_sum"`` (R1) takes any ergodic W when N_u is given; ``"hitting_time"`` is (R1)
+    with (W^t)[u, v] replaced by the first-hitting probability P[tau_uv = t] (PN-f-DP's
+    refinement, `random_walk_first_hit_sum`), never larger. ``sources`` selects the
     rows u returned. The diagonal u = v is 0: a node's view of its own data is not a
     leak. The result is linear in alpha: eps / alpha is a per-pair zCDP rho.
     """
@@ -163,9 +229,10 @@ def random_walk_pndp(
     n = walk.shape[0]
     index = source_index(sources, n)
     if method == "closed_form":
-        term = random_walk_graph_term(walk)
-        weights = term if sources is None else term[index]
+        weights = random_walk_graph_term(walk, sources=sources, method=graph_term)
         weights += harmonic_number(T) / n  # in place: at n = 10^4 each copy is 800 MB
+    elif method == "hitting_time":
+        weights = random_walk_first_hit_sum(walk, T, index)
     else:
         weights = random_walk_visit_sum(walk, T, index)
     weights *= scale

@@ -84,8 +84,10 @@ class RandomWalkConfig(PhaseOverrides):
     contributions_cap: int | None = Field(
         None, gt=0, description="max gradient contributions per node; default ceil(cap_factor * steps / n)")
     cap_factor: float = Field(1.25, gt=0, description="cap = ceil(cap_factor * steps / n) when no cap is set")
-    accounting: Literal["network", "local"] = Field("network", description=(
-        "network: pairwise network DP (a node sees only the token's visits to it); local: every release "
+    accounting: Literal["network", "hitting_time", "local"] = Field("network", description=(
+        "network: pairwise network DP (a node sees only the token's visits to it); hitting_time: the same, "
+        "counting only the token's first visit to v after u (PN-f-DP's RDP (HT), never larger; no symmetry "
+        "shortcut, O(n * edges) a step); local: every release "
         "public, a node's capped contributions composed, the local-DP baseline of Cyffers et al.'s Fig. 2 "
         "(the same walk, noise calibrated without amplification)"))
 

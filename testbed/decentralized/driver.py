@@ -65,6 +65,8 @@ def _unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None) -> pr
     delta_c = sensitivity(config)
     if settings.algorithm == "random_walk" and config.random_walk.accounting == "local":
         return privacy.walk_local_unit_rho(problem.n, planned, cap, delta_c, keep)
+    if settings.algorithm == "random_walk" and config.random_walk.accounting == "hitting_time":
+        return privacy.walk_first_hit_unit_rho(walk, planned, cap, delta_c, keep)
     if settings.algorithm == "random_walk":
         return privacy.walk_unit_rho(walk, planned, cap, delta_c, keep, row_symmetry(problem.graph, walk))
     if settings.algorithm == "gossip":

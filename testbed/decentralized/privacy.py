@@ -8,7 +8,8 @@ of the clipping norm C) of every pair after every step, and sigma only rescales 
 * random walk: rho_{u->v}(t) = N(t) Delta^2 sum_{s=1..t} (W^s)[u,v] / s, N(t) = min(cap, t): the
   finite sum (R1) of `topologies.accounting` with horizon t and u's contributions bounded by the
   cap; orders limited to `topologies.max_valid_order`. Clipped at the local-DP loss
-  N(t) Delta^2 / 2 (v sees at most all of u's noisy releases), valid at every order.
+  N(t) Delta^2 / 2 (v sees at most all of u's noisy releases), valid at every order. With
+  ``random_walk.accounting: hitting_time``, (W^s)[u,v] becomes P[tau_uv = s] (first visits only).
 * gossip, k iterations of (noisy local step, R rounds): a contribution of iteration i reaches v in
   iteration i + j through the messages P_t Q^j Y (Q = P_R, one whole averaging), and each message of
   each neighbour w of v is a Gaussian mechanism on it (the Muffliato bound (M1) of
@@ -107,6 +108,32 @@ def walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, ke
             np.multiply(power, 1.0 / t, out=term)
             total += term
             yield contributions[t] * sensitivity**2, total, True
+
+    local = contributions * sensitivity**2 / 2.0
+    return _collect(steps, matrices(), local, keep, order_limited=True)
+
+
+def walk_first_hit_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float,
+                            keep: int | None = None) -> UnitRho:
+    """Random-walk unit rho with (W^s)[u, v] replaced by the first-hitting probability P[tau_uv = s]
+    (``random_walk.accounting: hitting_time``, PN-f-DP's "RDP (HT)" refinement,
+    `topologies.random_walk_first_hit_sum`): a node's later views of the token are post-processing
+    of its first one plus noise independent of u. Never above `walk_unit_rho`; one sparse product
+    with an n x n array a step, with no symmetry shortcut."""
+    n = walk.shape[0]
+    forward = sp.csr_array(walk)
+    contributions = np.minimum(cap, np.arange(steps + 1))
+
+    def matrices():
+        # P[tau = s] by P[tau = s]_uv = sum_{k != v} W_uk P[tau = s - 1]_kv, P[tau = 1] = W.
+        hit, total, term = forward.toarray(), np.zeros((n, n)), np.empty((n, n))
+        for t in range(1, steps + 1):
+            if t > 1:
+                np.fill_diagonal(hit, 0.0)  # walks that have already hit v drop out
+                hit = forward @ hit
+            np.multiply(hit, 1.0 / t, out=term)
+            total += term
+            yield contributions[t] * sensitivity**2, total, False
 
     local = contributions * sensitivity**2 / 2.0
     return _collect(steps, matrices(), local, keep, order_limited=True)

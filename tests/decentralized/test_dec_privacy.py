@@ -15,10 +15,17 @@ from testbed.decentralized.privacy import (
     local_dp_unit_rho,
     make_plan,
     to_epsilon,
+    walk_first_hit_unit_rho,
     walk_local_unit_rho,
     walk_unit_rho,
 )
-from testbed.topologies import build_graph, gossip_pndp, metropolis_hastings, random_walk_pndp
+from testbed.topologies import (
+    build_graph,
+    gossip_pndp,
+    metropolis_hastings,
+    random_walk_first_hit_sum,
+    random_walk_pndp,
+)
 from testbed.topologies.symmetry import row_symmetry
 
 OFF = ~np.eye(16, dtype=bool)
@@ -147,13 +154,24 @@ def test_the_walk_accounted_as_local_dp_composes_each_nodes_capped_releases():
     assert np.all(network.maximum[1:] < unit.maximum[1:])
 
 
-def test_a_walk_scenario_with_local_accounting_is_calibrated_to_more_noise(cli, tmp_path, tiny_scenario):
+def test_the_first_hit_walk_rho_is_the_capped_first_hit_sum_and_below_the_visit_rho():
+    w = metropolis_hastings(build_graph("davis_southern_women"))  # not vertex-transitive
+    unit = walk_first_hit_unit_rho(w, steps=60, cap=5, sensitivity=2.0, keep=60)
+    expected = 5 * 4.0 * random_walk_first_hit_sum(w, 60)
+    off = ~np.eye(w.shape[0], dtype=bool)
+    assert unit.matrix is not None
+    np.testing.assert_allclose(unit.matrix[off], expected[off], rtol=1e-12)
+    network = walk_unit_rho(w, steps=60, cap=5, sensitivity=2.0)
+    assert np.all(unit.maximum <= network.maximum + 1e-12) and unit.maximum[-1] < 0.9 * network.maximum[-1]
+
+
+def test_a_walk_needs_more_noise_with_local_and_less_with_hitting_time_accounting(cli, tmp_path, tiny_scenario):
     import json
 
     import yaml
 
     sigmas = {}
-    for accounting in ("network", "local"):
+    for accounting in ("network", "local", "hitting_time"):
         # 32 nodes, 320 steps (cap 13), epsilon 10: the walk's amplification shows (sigma 1.84 vs 2.06);
         # on the tiny scenario's 8 nodes the network accountant reaches the local ceiling.
         scenario = {**tiny_scenario, "data": {"dataset": "breast_cancer", "num_clients": 32},
@@ -170,7 +188,7 @@ def test_a_walk_scenario_with_local_accounting_is_calibrated_to_more_noise(cli, 
         assert code == 0, err
         sigmas[accounting] = json.loads((tmp_path / accounting / "summary.json").read_text())[
             "final_metrics"]["random_walk.sigma"]
-    assert sigmas["local"] > sigmas["network"]
+    assert sigmas["local"] > sigmas["network"] > sigmas["hitting_time"]
 
 
 @pytest.mark.parametrize(("name", "params"), [("hypercube", {"dim": 4}), ("torus", {"rows": 3, "cols": 4})])
