@@ -15,11 +15,15 @@ Layout:
   :class:`testbed.strategies.base.RobustFedAvg` (deterministic reply order, per-round
   ``history`` of client weights and flags, optional server-side attack).
 * :mod:`testbed.strategies.vectors` -- state dict <-> flat vector conversions.
+* :mod:`testbed.strategies.backdoor` -- BadNets trigger, model replacement, attack success rate.
+* :mod:`testbed.strategies.mods` -- the attacks in any Flower app: ``byzantine_mod`` (a client
+  mod), ``poisoned_data`` (its data hook) and ``ServerSideAttackStrategy`` (the omniscient ones).
 """
 
 from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
 from .base import RobustFedAvg, ServerSideAttack
 from .flower import RFA, SDEA, DnC, FLTrust
+from .mods import ServerSideAttackStrategy, byzantine_mod, poisoned_data
 from .robust import AGGREGATORS, Aggregate, aggregate
 from .sdea import sdea_weights
 
@@ -34,9 +38,12 @@ __all__ = [
     "RobustFedAvg",
     "SDEA",
     "ServerSideAttack",
+    "ServerSideAttackStrategy",
     "aggregate",
+    "byzantine_mod",
     "poison_labels",
     "poison_updates",
+    "poisoned_data",
     "random_model_vector",
     "sdea_weights",
 ]

@@ -14,6 +14,11 @@
   Min-Sum; see :mod:`strategies.omniscient`): those model an omniscient
   adversary that sees every benign update of the round.
 
+* ``kind="backdoor"``: ``fn(x, y, num_classes, generator, **params) -> (x, y)``,
+  applied to a malicious client's training data (inputs and labels) before local
+  training: ``badnets`` and ``model_replacement`` (:mod:`strategies.backdoor`),
+  the latter's upload then boosted (``Attack.boosted``, :func:`strategies.backdoor.scale_update`).
+
 Model attacks act on update vectors ``theta_k - theta_global`` except
 ``random_noise`` and ``add_noise``, whose ``init`` is a full parameter vector
 and which therefore expect full parameter vectors (see
@@ -24,21 +29,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Generator, Tensor
 
+from .backdoor import badnets, model_replacement
 from .omniscient import lie, min_max, min_sum
 from .vectors import flatten_state
 
 
 @dataclass(frozen=True)
 class Attack:
-    """A registered attack: its ``kind`` ("data"/"model"), function and whether it is omniscient."""
+    """A registered attack: its ``kind`` ("data"/"model"/"backdoor"), function, whether it is
+    omniscient, and whether its upload is boosted (model replacement)."""
 
     kind: str
-    fn: Callable[..., Tensor]
+    fn: Callable[..., Any]  # data and model attacks return a Tensor, backdoor attacks (x, y)
     omniscient: bool = False
+    boosted: bool = False
 
 
 def _check_rate(rate: float) -> None:
@@ -149,6 +158,8 @@ ATTACKS: dict[str, Attack] = {
     "lie": Attack("model", lie, omniscient=True),
     "min_max": Attack("model", min_max, omniscient=True),
     "min_sum": Attack("model", min_sum, omniscient=True),
+    "badnets": Attack("backdoor", badnets),
+    "model_replacement": Attack("backdoor", model_replacement, boosted=True),
 }
 
 
@@ -165,6 +176,13 @@ def poison_labels(
 ) -> Tensor:
     """Apply the data attack ``name`` to ``labels``."""
     return get_attack(name, "data").fn(labels, num_classes, generator, **params)
+
+
+def poison_data(
+    name: str, x: Tensor, y: Tensor, num_classes: int, generator: Generator, **params: float
+) -> tuple[Tensor, Tensor]:
+    """Apply the backdoor attack ``name`` to a client's inputs ``x`` and labels ``y``."""
+    return get_attack(name, "backdoor").fn(x, y, num_classes, generator, **params)
 
 
 def poison_updates(

@@ -1,7 +1,8 @@
 """Split a labelled training set over N federated clients, IID or non-IID.
 
-Three schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
-returns one sorted int64 index array per client, deterministic for the numpy Generator passed in:
+Five schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
+returns one sorted int64 index array per client, deterministic for the numpy Generator passed in
+(the root seed's ``data.partition`` stream):
 
 - ``iid``: shuffle, then split as evenly as possible (sizes differ by at most one).
 - ``dirichlet``: label-distribution skew of Hsu et al. 2019 ("Measuring the Effects of Non-Identical
@@ -9,6 +10,18 @@ returns one sorted int64 index array per client, deterministic for the numpy Gen
   NIID-Bench): per class, client proportions ~ Dir(beta); smaller beta is more skewed.
 - ``shards``: every client holds exactly k classes (the "#C=k" scheme of Li et al. 2022, after the
   pathological split of McMahan et al. 2017); classes are dealt so each is used as evenly as possible.
+- ``pathological``: every client holds exactly k classes chosen as flwr-datasets'
+  ``PathologicalPartitioner`` chooses them (random, deterministic ``(i + j) mod C``, or the first
+  deterministic and the rest random); a class's samples are split evenly among its holders, and a
+  class nobody holds is left out, as there.
+- ``size``: quantity skew, as flwr-datasets' Linear, Square and Exponential partitioners: client i
+  (from 0) gets a share proportional to f(i + 1) with f(x) = x, x^2 or e^x, rounded down, the
+  remainder to the last client; the samples themselves are drawn IID.
+
+flwr-datasets itself is not a dependency: its partitioners need a Hugging Face ``datasets.Dataset``,
+and flwr-datasets 0.6 pins ``datasets < 5``, which would downgrade ``huggingface_hub`` and ``fsspec``
+under the rest of the project, for what is index arithmetic on a label array. The two schemes are
+written here from its documented definitions and checked against hand-computed splits.
 
 Usage::
 
@@ -58,8 +71,27 @@ class ShardPartition(StrictModel):
     classes_per_client: int = Field(2, gt=0)
 
 
+class PathologicalPartition(StrictModel):
+    """Every client holds exactly ``classes_per_client`` classes, assigned as flwr-datasets'
+    PathologicalPartitioner's ``class_assignment_mode`` (McMahan et al. 2017)."""
+
+    type: Literal["pathological"] = "pathological"
+    classes_per_client: int = Field(2, gt=0)
+    assignment: Literal["random", "deterministic", "first_deterministic"] = Field(
+        "random", description="random: k classes per client uniformly; deterministic: classes i..i+k-1 mod C; "
+                              "first_deterministic: class i mod C, then k-1 random ones")
+
+
+class SizePartition(StrictModel):
+    """Quantity skew: IID samples, client i's share proportional to f(i + 1) (flwr-datasets' Linear,
+    Square and Exponential partitioners)."""
+
+    type: Literal["size"] = "size"
+    sizes: Literal["linear", "square", "exponential"] = Field("linear", description="f(x) = x, x^2 or e^x")
+
+
 PartitionConfig = Annotated[
-    Union[IidPartition, DirichletPartition, ShardPartition],
+    Union[IidPartition, DirichletPartition, ShardPartition, PathologicalPartition, SizePartition],
     Field(discriminator="type"),
 ]
 
@@ -172,10 +204,76 @@ def partition_shards(labels: np.ndarray, num_clients: int, rng: np.random.Genera
     return _sorted_int64(parts)
 
 
+def _pathological_classes(classes: np.ndarray, num_clients: int, per_client: int, assignment: str,
+                          rng: np.random.Generator) -> list[list[int]]:
+    """The classes each client holds, by flwr-datasets' three assignment modes."""
+    num_classes = len(classes)
+    held: list[list[int]] = []
+    for client in range(num_clients):
+        if assignment == "deterministic":
+            held.append([int(classes[(client + j) % num_classes]) for j in range(per_client)])
+        elif assignment == "random":
+            held.append([int(c) for c in rng.choice(classes, size=per_client, replace=False)])
+        else:  # first_deterministic
+            first = int(classes[client % num_classes])
+            rest = rng.choice(classes[classes != first], size=per_client - 1, replace=False)
+            held.append([first, *(int(c) for c in rest)])
+    return held
+
+
+def partition_pathological(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                           classes_per_client: int = 2, assignment: str = "random") -> list[np.ndarray]:
+    """Each client gets samples of exactly ``classes_per_client`` classes, assigned by ``assignment``;
+    a class's samples are shuffled and split evenly among the clients that hold it."""
+    labels = _check_inputs(labels, num_clients)
+    classes = np.unique(labels)
+    field = "data.partition.classes_per_client"
+    if classes_per_client > len(classes):
+        raise PartitionError(f"{field}: {classes_per_client} is more than the {len(classes)} classes in the data")
+    held = _pathological_classes(classes, num_clients, classes_per_client, assignment, rng)
+    parts: list[list] = [[] for _ in range(num_clients)]
+    for label in classes:
+        holders = [client for client, chosen in enumerate(held) if label in chosen]
+        members = rng.permutation(np.flatnonzero(labels == label))
+        if holders and len(members) < len(holders):
+            raise PartitionError(f"{field}: class {label} has {len(members)} samples but {len(holders)} clients "
+                                 "hold it; use fewer clients or fewer classes per client")
+        for client, chunk in zip(holders, np.array_split(members, max(len(holders), 1))):
+            parts[client].extend(chunk.tolist())
+    return _sorted_int64(parts)
+
+
+SIZE_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "linear": lambda x: x, "square": np.square, "exponential": np.exp,
+}
+
+
+def size_skew_counts(num_samples: int, num_clients: int, sizes: str) -> np.ndarray:
+    """Samples per client: shares f(1..N) / sum, rounded down, the remainder to the last client."""
+    units = SIZE_FUNCTIONS[sizes](np.arange(1, num_clients + 1, dtype=np.float64))
+    counts = (units / units.sum() * num_samples).astype(np.int64)
+    counts[-1] += num_samples - counts.sum()
+    return counts
+
+
+def partition_size(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+                   sizes: str = "linear") -> list[np.ndarray]:
+    """IID samples in quantity-skewed shares (`size_skew_counts`)."""
+    labels = _check_inputs(labels, num_clients)
+    counts = size_skew_counts(len(labels), num_clients, sizes)
+    if counts.min() < 1:
+        raise PartitionError(f"data.partition.sizes: {sizes} sizes over {num_clients} clients leave client 0 no "
+                             f"sample of the {len(labels)}; use fewer clients or a flatter size function")
+    return _sorted_int64(np.split(rng.permutation(len(labels)), np.cumsum(counts)[:-1]))
+
+
 PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
     "iid": lambda labels, n, config, rng: partition_iid(labels, n, rng),
     "dirichlet": lambda labels, n, config, rng: partition_dirichlet(labels, n, rng, config.beta, config.min_size),
     "shards": lambda labels, n, config, rng: partition_shards(labels, n, rng, config.classes_per_client),
+    "pathological": lambda labels, n, config, rng: partition_pathological(labels, n, rng, config.classes_per_client,
+                                                                          config.assignment),
+    "size": lambda labels, n, config, rng: partition_size(labels, n, rng, config.sizes),
 }
 
 

@@ -79,9 +79,24 @@ def check_attack_values(name: str, params: dict[str, Any]) -> None:
     if entry.kind == "data":
         entry.fn(torch.tensor([0, 1, 0, 1]), 2, generator, **params)
         return
+    if entry.kind == "backdoor":  # the target and the trigger's size against the data: `check_backdoor_data`
+        target = params.get("target", 0)
+        classes = max(2, target + 1) if isinstance(target, int) else 2
+        entry.fn(torch.zeros(4, 64), torch.tensor([0, 1, 0, 1]), classes, generator, **params)
+        return
     internal: dict[str, Any] = {}
     if "init" in parameters:
         internal["init"] = torch.zeros(3)
     if "num_clients" in parameters:
         internal["num_clients"] = 4
     entry.fn(torch.zeros(1, 3), torch.arange(9.0).reshape(3, 3), generator, **internal, **params)
+
+
+def check_backdoor_data(name: str, params: dict[str, Any], x: Any, y: Any, num_classes: int) -> None:
+    """Play backdoor attack ``name`` on a few of the scenario's own samples (numpy ``x``, ``y``), so a
+    target that is no class of the data or a trigger larger than its images is refused before the
+    run; raises their ValueError."""
+    import torch
+
+    entry = registered_attacks()[name]
+    entry.fn(torch.from_numpy(x[:4]), torch.from_numpy(y[:4]), num_classes, torch.Generator().manual_seed(0), **params)

@@ -19,11 +19,12 @@ from testbed.report.sections import ReportSection, image, table
 from testbed.run import RunFolder
 
 METRIC = "test_accuracy"
+BACKDOOR = "attack_success_rate"
 
 
-def _curve(records: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
-    rounds = [r for r in records if "round" in r and METRIC in r]
-    return [float(r["round"]) for r in rounds], [float(r[METRIC]) for r in rounds]
+def _curve(records: list[dict[str, Any]], key: str = METRIC) -> tuple[list[float], list[float]]:
+    rounds = [r for r in records if "round" in r and key in r]
+    return [float(r["round"]) for r in rounds], [float(r[key]) for r in rounds]
 
 
 def arm_label(config: dict[str, Any], name: str | None = None) -> str:
@@ -50,16 +51,28 @@ class BaselinesSection(ReportSection):
             return ""  # left out of the page
         own = arm_label(data.config)
         lines = {own: _curve(data.metrics)}
+        asr = {own: _curve(data.metrics, BACKDOOR)}  # a backdoor's attack success rate, per arm
         for name in names:
-            xs, ys = _curve(RunFolder(data.path / BASELINES_DIR / name).read_metrics())
+            records = RunFolder(data.path / BASELINES_DIR / name).read_metrics()
+            xs, ys = _curve(records)
             if xs:
                 lines[arm_label(data.config, name)] = (xs, ys)
+                asr[arm_label(data.config, name)] = _curve(records, BACKDOOR)
         plot_curve(out_dir / "baselines-accuracy.png", "test accuracy per round", "round", lines,
                    ylabel="test accuracy (fraction correct)")
         final = {label: ys[-1] if ys else math.nan for label, (_, ys) in lines.items()}
-        rows = [(label, value, value - final[own] if label != own else "") for label, value in final.items()]
+        rows: list[tuple[object, ...]] = [(label, value, value - final[own] if label != own else "")
+                                          for label, value in final.items()]
+        header: tuple[str, ...] = ("arm", "final test accuracy", "minus this run's")
+        figures = image("baselines-accuracy.png", "test accuracy per round, strategy and baselines")
+        if asr[own][0]:
+            rows = [(*row, asr[str(row[0])][1][-1] if asr.get(str(row[0]), ((), ()))[1] else math.nan)
+                    for row in rows]
+            header += ("final attack success rate",)
+            plot_curve(out_dir / "baselines-asr.png", "attack success rate per round", "round", asr,
+                       ylabel="triggered test inputs sent to the target")
+            figures += image("baselines-asr.png", "attack success rate per round, strategy and baselines")
         missing = [n for n in names if arm_label(data.config, n) not in lines]
         note = (f"<p>Not run yet: {', '.join(missing)} (<code>testbed resume</code> runs them).</p>"
                 if missing else "")
-        return (table(rows, ("arm", "final test accuracy", "minus this run's")) + note
-                + image("baselines-accuracy.png", "test accuracy per round, strategy and baselines"))
+        return table(rows, header) + note + figures

@@ -31,18 +31,84 @@ def check_federated(scenario: Scenario, source: str) -> None:
     if fed.attack is not None:
         _check_attack(fed.attack, registered_attacks(), source)
     n = scenario.data.num_clients
+    k = _check_sampling(fed, n, source)
+    _check_strategy_values(scenario, strategy_config, source)
     f = declared_malicious(strategy_config, len(malicious_clients(scenario)))
-    if n < entry.min_clients(f):
-        raise ScenarioError(f"{source}: data.num_clients: strategy '{fed.strategy.name}' needs at least "
-                            f"{entry.min_clients(f)} clients for {f} Byzantine ones; the scenario has {n}")
+    if k < entry.min_clients(f):
+        where = "data.num_clients" if k == n else "federated.sampling"
+        raise ScenarioError(f"{source}: {where}: strategy '{fed.strategy.name}' needs at least "
+                            f"{entry.min_clients(f)} clients per round for {f} Byzantine ones; the scenario has {k}")
     if n < 2:
         raise ScenarioError(f"{source}: data.num_clients: a federation needs at least 2 clients")
     if fed.attack is not None:
         _check_benign_majority(scenario, fed.attack, registered_attacks(), len(malicious_clients(scenario)), source)
+    _check_privacy(fed, n, source)
     try:
         federation_setup(scenario)  # builds the partitions: an impossible one names data.partition.*
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
+    if fed.attack is not None and registered_attacks()[fed.attack.name].kind == "backdoor":
+        _check_backdoor(fed.attack, federation_setup(scenario), source)
+
+
+def _check_backdoor(attack, setup, source: str) -> None:
+    """A backdoor's target class and trigger, played on the scenario's own data."""
+    from testbed.federated.attacks import check_backdoor_data
+    from testbed.federated.backdoor import backdoor_params
+
+    params = backdoor_params(setup) or {}
+    params.pop("boost", None)
+    try:
+        check_backdoor_data(attack.name, params, setup.train.x, setup.train.y, setup.train.num_classes)
+    except ValueError as err:
+        raise ScenarioError(f"{source}: federated.attack.{str(err).strip().splitlines()[0]}") from None
+
+
+def _check_privacy(fed, n: int, source: str) -> None:
+    """The DP block: a rule its noise protects, adaptive clipping's count noise, a budget the first round keeps."""
+    from testbed.federated.privacy import check_privacy
+
+    try:
+        check_privacy(fed, fed.strategy.name, n)
+    except ValueError as err:
+        raise ScenarioError(f"{source}: federated.{err}") from None
+    except ImportError as err:
+        raise ScenarioError(f"{source}: federated.privacy: {err}") from None
+
+
+def _check_sampling(fed, n: int, source: str) -> int:
+    """The clients per round (`testbed.federated.sampling`): a count or minimum the federation can give."""
+    sampling = fed.sampling
+    if sampling is None:
+        return n
+    for field in ("count", "min_clients"):
+        value = getattr(sampling, field)
+        if value is not None and value > n:
+            raise ScenarioError(f"{source}: federated.sampling.{field}: {value} clients per round, but the "
+                                f"federation has {n} (data.num_clients)")
+    return int(sampling.per_round(n))
+
+
+def _check_strategy_values(scenario: Scenario, strategy_config, source: str) -> None:
+    """Strategy parameters that depend on the rest of the scenario: FedProx's client term, q-FedAvg's lr."""
+    from testbed.federated.config import FedProxConfig, QFedAvgConfig
+    from testbed.federated.strategies import qfedavg_learning_rate
+
+    fed = scenario.federated
+    assert fed is not None  # filled in by the runner's check
+    if isinstance(strategy_config, FedProxConfig):
+        mu = strategy_config.proximal_mu
+        if mu is not None and fed.proximal_mu not in (0.0, mu):
+            raise ScenarioError(f"{source}: federated.strategy.proximal_mu: {mu:g} differs from federated.proximal_mu "
+                                f"{fed.proximal_mu:g}; both set the clients' proximal term: keep one")
+        if mu is None and fed.proximal_mu == 0.0:
+            raise ScenarioError(f"{source}: federated.strategy.proximal_mu: fedprox needs the clients' proximal "
+                                "term mu > 0 (or federated.proximal_mu)")
+    if isinstance(strategy_config, QFedAvgConfig):
+        try:
+            qfedavg_learning_rate(strategy_config, scenario)
+        except ValueError as err:
+            raise ScenarioError(f"{source}: federated.strategy.{err}") from None
 
 
 def _named(registry: dict, name: str, path: str, source: str):

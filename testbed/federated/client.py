@@ -2,7 +2,8 @@
 
 A client's randomness comes from the root seed, its partition id and the round, never from the
 process it runs in, so every engine computes the same replies. Byzantine clients of a data attack
-(label flipping) train on poisoned labels; model attacks are applied by the server loop, which
+(label flipping) train on poisoned labels, those of a backdoor attack on triggered inputs
+(`testbed.federated.backdoor`); model attacks are applied by the server loop, which
 plays the omniscient adversary (see `testbed.federated.server`).
 """
 
@@ -19,6 +20,8 @@ from flwr.clientapp import ClientApp
 from testbed.data import Dataset
 from testbed.determinism import single_threaded
 from testbed.federated.attacks import registered_attacks
+from testbed.federated.backdoor import boosted_upload, poison_client_data
+from testbed.federated.dp import client_mods
 from testbed.federated.setup import FederationSetup, federation_setup
 from testbed.federated.training import train_model
 from testbed.scenario import Scenario
@@ -34,6 +37,8 @@ def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
     data = setup.client_data(partition_id)
     assert setup.scenario.federated is not None  # a federated scenario
     attack = setup.scenario.federated.attack
+    if attack is not None and partition_id in setup.malicious and registered_attacks()[attack.name].kind == "backdoor":
+        return poison_client_data(setup, partition_id, data)
     if attack is None or partition_id not in setup.malicious or registered_attacks()[attack.name].kind != "data":
         return data
     generator = setup.seeds.torch(f"attack.labels.{partition_id}")
@@ -53,9 +58,11 @@ def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
     federated = setup.scenario.federated
     with single_threaded():
         global_state = msg.content["arrays"].to_torch_state_dict()  # type: ignore[union-attr]  # flwr: any record
-        model, loss = train_model(setup, global_state, data, federated.local_epochs, generator, federated.proximal_mu)
+        model, loss = train_model(setup, global_state, data, federated.local_epochs, generator,
+                                  federated.client_proximal_mu())
     metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
-    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+    upload = boosted_upload(setup, partition_id, global_state, model.state_dict())  # model replacement's boost
+    return Message(RecordDict({"arrays": ArrayRecord(upload), "metrics": metrics}), reply_to=msg)
 
 
 class InjectedClientFault(RuntimeError):
@@ -79,8 +86,14 @@ def make_client_app(scenario: Scenario) -> ClientApp:
     scenario_json = json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
     app = ClientApp()
 
-    @app.train()
+    @app.train(mods=client_mods(scenario))  # Flower's DP mods when federated.privacy asks for them
     def train(msg: Message, context: Context) -> Message:
         return client_train(scenario_json, msg, context)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        """Say which partition this node holds (client sampling addresses partitions: `testbed.federated.sampling`)."""
+        partition = MetricRecord({PARTITION_KEY: int(context.node_config[PARTITION_KEY])})
+        return Message(RecordDict({"metrics": partition}), reply_to=msg)
 
     return app

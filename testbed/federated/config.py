@@ -7,6 +7,8 @@ federated:
   proximal_mu: 0.01                 # FedProx term of the local objective (SDEA's setting); default 0 = plain SGD
   strategy: {name: sdea, epochs: 5} # any of `testbed list strategies`; other keys are the strategy's own
   attack: {name: min_max, fraction: 0.2}
+  sampling: {fraction: 0.5, min_clients: 2}  # clients per round, drawn from the root seed; default: all
+  privacy: {mode: central, noise_multiplier: 1.0, clipping_norm: 1.0, target_epsilon: 8}  # DP-FedAvg
   baselines: [fedavg, no_attack]    # reference arms in the same run folder and report (testbed.federated.baselines)
 ```
 """
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from testbed.config import PluginSpec, StrictModel
 from testbed.data.config import PublicDataConfig
@@ -47,6 +50,58 @@ class ClientFaults(StrictModel):
     hang_s: float = Field(30.0, gt=0, description="how long a hanging client sleeps before replying")
 
 
+class SamplingConfig(StrictModel):
+    """Clients drawn per round (partial participation), by partition id from the root seed
+    (`testbed.federated.sampling`): ``fraction`` of the N clients (rounded down, as Flower's
+    ``fraction_train``) or ``count`` of them, never fewer than ``min_clients``."""
+
+    fraction: float | None = Field(None, gt=0, le=1, description="share of the clients sampled each round")
+    count: int | None = Field(None, gt=0, description="clients sampled each round")
+    min_clients: int = Field(1, gt=0, description="the fewest clients a round samples (Flower's min_train_nodes)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SamplingConfig:
+        if (self.fraction is None) == (self.count is None):
+            raise ValueError("set exactly one of fraction and count")
+        if self.count is not None and self.count < self.min_clients:
+            raise ValueError(f"count: {self.count} is below min_clients {self.min_clients}")
+        return self
+
+    def per_round(self, num_clients: int) -> int:
+        """Clients sampled in every round of a federation of ``num_clients`` (at most all of them)."""
+        base = self.count if self.count is not None else int((self.fraction or 0.0) * num_clients)
+        return min(max(base, self.min_clients), num_clients)
+
+    def rate(self, num_clients: int) -> float:
+        """The per-round sampling probability q of any one client (the DP accountant's amplification)."""
+        return self.per_round(num_clients) / num_clients
+
+
+class PrivacyConfig(StrictModel):
+    """``federated.privacy``: which of Flower's DP mechanisms, its noise and clipping, the budget
+    (the accountant and the mechanisms: `testbed.federated.privacy`, `testbed.federated.dp`)."""
+
+    mode: Literal["central", "local"] = Field(
+        "central", description="central: the server adds noise to the mean; local: each client to its update")
+    clipping: Literal["fixed", "adaptive"] = Field("fixed", description="adaptive: Andrew et al. 2021 (central only)")
+    clip_on: Literal["server", "client"] = Field("server", description="where central DP clips the updates")
+    noise_multiplier: float = Field(1.0, gt=0, description="z: noise std = z * clipping_norm")
+    clipping_norm: float = Field(1.0, gt=0, description="C; the initial norm of adaptive clipping")
+    target_quantile: float = Field(0.5, ge=0, le=1, description="adaptive: share of updates left unclipped")
+    clip_norm_lr: float = Field(0.2, gt=0, description="adaptive: step of the geometric norm update")
+    clipped_count_stddev: float | None = Field(
+        None, gt=0, description="adaptive: noise on the clipped count; default clients per round / 20")
+    delta: float = Field(1e-5, gt=0, lt=1)
+    target_epsilon: float | None = Field(None, gt=0, description="stop before a round would exceed it")
+
+    @model_validator(mode="after")
+    def _local_is_fixed(self) -> PrivacyConfig:
+        if self.mode == "local" and self.clipping == "adaptive":
+            raise PydanticCustomError("local_adaptive", "local DP clips at a fixed norm (Flower's LocalDpMod): "
+                                                        "use clipping: fixed, or mode: central")
+        return self
+
+
 class FederatedConfig(StrictModel):
     """Rounds, local training and the server's strategy of a federated scenario."""
 
@@ -58,11 +113,23 @@ class FederatedConfig(StrictModel):
     attack: AttackBlock | None = None
     client_resources: ClientResources = Field(default_factory=ClientResources)
     faults: ClientFaults | None = None
+    sampling: SamplingConfig | None = Field(None, description="clients per round; default: every client, every round")
+    privacy: PrivacyConfig | None = Field(None, description="DP with Flower's wrappers and mods, and an RDP "
+                                                             "accountant (testbed.federated.privacy)")
     checkpoint_every: int = Field(1, gt=0, description="rounds between checkpoints")
     round_timeout_s: float = Field(600, gt=0, description="a round waits this long for its clients")
     baselines: list[str] = Field(
         default_factory=list, description="reference arms run beside the scenario with its seed: a strategy "
                                           "name replaces the strategy, no_attack removes the attack")
+
+    def client_proximal_mu(self) -> float:
+        """The clients' proximal weight: strategy ``fedprox``'s ``proximal_mu`` when set, else
+        ``proximal_mu`` (`testbed.federated.checks` refuses the two set apart)."""
+        if self.strategy.name == "fedprox":
+            mu = FedProxConfig.model_validate(self.strategy.params).proximal_mu
+            if mu is not None:
+                return mu
+        return self.proximal_mu
 
 
 # The typed parameters of the strategies (`testbed.federated.strategies.STRATEGIES`).
@@ -79,7 +146,7 @@ class ByzantineCount(StrictModel):
 
 
 class MultiKrumConfig(ByzantineCount):
-    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f")
+    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f (N: clients per round)")
 
 
 class TrimmedAvgConfig(StrictModel):
@@ -96,6 +163,47 @@ class RFAConfig(StrictModel):
     nu: float = Field(1e-6, gt=0)
     max_iter: int = Field(100, gt=0)
     ftol: float = Field(1e-6, gt=0)
+
+
+class FedAvgMConfig(StrictModel):
+    """FedAvg with server momentum (Hsu et al. 2019), Flower's FedAvgM."""
+
+    server_learning_rate: float = Field(1.0, gt=0)
+    server_momentum: float = Field(0.0, ge=0, lt=1)
+
+
+class FedAdagradConfig(StrictModel):
+    """Adaptive server optimizers of Reddi et al. 2021 (Flower's FedOpt family). Flower's ``eta_l``
+    (the clients' learning rate) only appears in its log; the workload's own ``lr`` trains."""
+
+    eta: float = Field(0.1, gt=0, description="server learning rate")
+    tau: float = Field(1e-3, gt=0, description="added to the root of the second moment (adaptivity)")
+
+
+class FedAdamConfig(FedAdagradConfig):
+    beta_1: float = Field(0.9, ge=0, lt=1, description="first-moment decay")
+    beta_2: float = Field(0.99, ge=0, lt=1, description="second-moment decay")
+
+
+class FedYogiConfig(FedAdamConfig):
+    eta: float = Field(0.01, gt=0, description="server learning rate (Flower's FedYogi default)")
+
+
+class FedProxConfig(StrictModel):
+    """FedProx (Li et al. 2020): Flower's FedProx sends ``proximal_mu`` to the clients, whose local
+    objective gains (mu/2)||w - w_global||^2. Unset, it is ``federated.proximal_mu``; set both, they
+    must agree."""
+
+    proximal_mu: float | None = Field(None, gt=0, description="the clients' proximal weight mu")
+
+
+class QFedAvgConfig(StrictModel):
+    """q-FedAvg (Li et al. 2020, fair resource allocation): clients with a higher training loss weigh more."""
+
+    q: float = Field(0.1, ge=0, description="fairness; 0 is FedAvg")
+    client_learning_rate: float | None = Field(
+        None, gt=0, description="the clients' learning rate, from which the rule estimates the Lipschitz constant "
+                                "L = 1/lr; default: the workload's lr")
 
 
 class FLTrustConfig(StrictModel):

@@ -12,6 +12,7 @@ from matplotlib.patches import Rectangle
 
 from testbed.federated.baselines_report import BaselinesSection
 from testbed.federated.clients_record import dropped, read_rounds
+from testbed.federated.privacy_report import PrivacySection
 from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
@@ -69,6 +70,8 @@ class RobustnessSection(ReportSection):
         rows = [("strategy", strategy), ("attack", attack),
                 ("local objective", f"FedProx, mu = {mu:g}" if mu > 0 else "plain SGD (mu = 0)"),
                 ("test accuracy (final round)", rounds[-1].get("test_accuracy", math.nan)),
+                *([("attack success rate, triggered inputs (final round)", rounds[-1]["attack_success_rate"])]
+                  if "attack_success_rate" in rounds[-1] else []),
                 ("clients trained per round (min)", min(r["clients_trained"] for r in rounds)),
                 ("client failures (all rounds)", sum(r.get("clients_failed", 0) for r in rounds))]
         for key, label in (("malicious_weight", "weight on Byzantine clients"),
@@ -204,6 +207,6 @@ class ClientWeightsSection(ReportSection):
 
 
 # The robustness report's own sections, right below the summary, in this order.
-LAYOUT = ReportLayout(after_summary=(RobustnessSection(), BaselinesSection(), ClientWeightsSection(), ClientsSection(),
-                                     OodAuditSection()),
+LAYOUT = ReportLayout(after_summary=(RobustnessSection(), PrivacySection(), BaselinesSection(), ClientWeightsSection(),
+                                     ClientsSection(), OodAuditSection()),
                       covered=frozenset({"malicious_weight", "attacker_auroc"}))

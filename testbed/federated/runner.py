@@ -94,8 +94,10 @@ class FederatedRunner(Runner):
         if loop.error is not None:
             raise loop.error
         rounds = [r for r in ctx.run.read_metrics() if "round" in r]
-        # Timings (``*_s``) vary from run to run; the summary's final metrics are the reproducible ones.
-        final = {k: v for k, v in rounds[-1].items() if k != "round" and not k.endswith("_s")} if rounds else {}
+        # Timings (``*_s``) vary from run to run; the summary's final metrics are the reproducible ones
+        # (numbers: the last round's sample of clients, a list, stays in its round's record).
+        final = {k: v for k, v in rounds[-1].items()
+                 if k != "round" and not k.endswith("_s") and not isinstance(v, list)} if rounds else {}
         if scenario.report.ood is not None:  # OODRobustBench on the final global model
             from testbed.workloads.oodrobust.federated import audit_federated_run
 

@@ -17,19 +17,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg, Krum, Strategy
 
 from testbed.determinism import single_threaded
 from testbed.errors import ResumableFailure
 from testbed.federated.attacks import registered_attacks
+from testbed.federated.backdoor import backdoor_metrics
 from testbed.federated.client import PARTITION_KEY
 from testbed.federated.clients_record import append_round, clients_line, learned_weights, rewind, round_metrics
+from testbed.federated.dp import dp_checkpoint, restore_dp
+from testbed.federated.optimizer_state import optimizer_checkpoint, restore_optimizer
+from testbed.federated.privacy import last_round, privacy_metrics
+from testbed.federated.sampling import QUERY_PARTITION, SampledGrid, sample_clients
 from testbed.federated.setup import FederationSetup
 from testbed.runner import RunContext
 from testbed.strategies import poison_updates
@@ -62,6 +67,7 @@ class RoundLoop:
         self.error: BaseException | None = None
         self.clients_line: dict[str, Any] | None = None  # the round's per-client record (`clients_record`)
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
+        self.nodes: dict[int, int] = {}  # partition id -> Flower node id, learned when clients are sampled
         assert setup.scenario.workload is not None  # check_federated requires a federated workload
         workload = workload_class(setup.scenario.workload.name)
         assert issubclass(workload, FederatedWorkload)
@@ -85,29 +91,40 @@ class RoundLoop:
         config = self.setup.scenario.federated
         assert config is not None  # a federated scenario
         rewind(self.ctx.run, self.start_round)  # as metrics.jsonl: the rounds after the checkpoint run again
-        with self.ctx.progress.task("rounds", total=config.rounds, completed=self.start_round) as advance:
-            for server_round in range(self.start_round + 1, config.rounds + 1):
+        checkpoint = self.ctx.run.latest_checkpoint() if self.start_round else None
+        restore_dp(self.strategy, checkpoint)
+        restore_optimizer(self.strategy, checkpoint)  # FedAdam's moments, FedAvgM's momentum
+        if config.sampling is not None:
+            self.nodes = self._partition_nodes(grid)
+        last = last_round(config, self.setup.num_clients)  # a privacy target may stop the run early
+        with self.ctx.progress.task("rounds", total=last, completed=self.start_round) as advance:
+            for server_round in range(self.start_round + 1, last + 1):
                 record = self.one_round(grid, server_round)
                 if self.stop.is_set():  # interrupted after the replies came: the round is not recorded
                     return
                 self.ctx.log_metrics(record)
                 if self.clients_line is not None:
                     append_round(self.ctx.run, server_round, self.clients_line)
-                if server_round % config.checkpoint_every == 0 or server_round == config.rounds:
-                    self.ctx.run.save_checkpoint(server_round, {"global_state": self.state})
+                if server_round % config.checkpoint_every == 0 or server_round == last:
+                    self.ctx.run.save_checkpoint(server_round, {"global_state": self.state,
+                                                                **dp_checkpoint(self.strategy),
+                                                                **optimizer_checkpoint(self.strategy)})
                 advance(1)
 
     def one_round(self, grid: Grid, server_round: int) -> dict[str, Any]:
         assert self.setup.scenario.federated is not None  # a federated scenario
         started = time.perf_counter()
         arrays = ArrayRecord(self.state)
-        messages = self.strategy.configure_train(server_round, arrays, ConfigRecord(), grid)
+        sampling = self.setup.scenario.federated.sampling
+        sample = sample_clients(sampling, self.setup.num_clients, self.setup.seeds, server_round)
+        round_grid = grid if sampling is None else SampledGrid(grid, [self.nodes[p] for p in sample])
+        messages = self.strategy.configure_train(server_round, arrays, ConfigRecord(), round_grid)
         replies = self._send_and_receive(grid, messages, self.setup.scenario.federated.round_timeout_s)
         valid = sorted((r for r in replies if not r.has_error()), key=partition_id)
-        self._require_every_client(server_round, replies, len(valid))
+        self._require_every_client(server_round, replies, len(valid), len(sample))
         train_s = time.perf_counter() - started
         with single_threaded():
-            self._inject_attack(server_round, valid)
+            attack_skipped = self._inject_attack(server_round, valid, sample)
             aggregate_started = time.perf_counter()
             new_arrays, _ = self.strategy.aggregate_train(server_round, valid)
             aggregation_s = time.perf_counter() - aggregate_started
@@ -115,7 +132,9 @@ class RoundLoop:
                 self.state = new_arrays.to_torch_state_dict()
             model = self.setup.build_model()
             model.load_state_dict(self.state)
-            metrics = self.workload.evaluate_model(model, self.setup.test)
+            metrics = (self.workload.evaluate_model(model, self.setup.test)
+                       | backdoor_metrics(self.setup, self.workload, model)  # attack success rate
+                       | privacy_metrics(self.setup.scenario.federated, self.setup.num_clients, server_round))
         ids = [partition_id(r) for r in valid]
         # flwr types a record's values as those of any record
         benign_losses = [float(r.content["metrics"]["train_loss"]) for r in valid  # type: ignore[arg-type]
@@ -123,30 +142,51 @@ class RoundLoop:
         return {
             "round": server_round, **metrics,
             "train_loss": sum(benign_losses) / len(benign_losses) if benign_losses else float("nan"),
-            "clients_requested": self.setup.num_clients, "clients_trained": len(valid),
-            "clients_failed": len(replies) - len(valid) + (self.setup.num_clients - len(replies)),
+            "clients_requested": len(sample), "clients_trained": len(valid),
+            "clients_failed": len(replies) - len(valid) + (len(sample) - len(replies)),
+            **({} if sampling is None else {"clients_sampled": sample}),
+            **({"attack_skipped": 1} if attack_skipped else {}),
             "train_s": round(train_s, 4), "aggregation_s": round(aggregation_s, 6),
             **self._weights_record(ids, valid, new_arrays),
         }
 
-    def _require_every_client(self, server_round: int, replies: list[Message], answered: int) -> None:
-        """Stop, keeping the last checkpoint, when clients failed that the scenario did not make fail.
+    def _require_every_client(self, server_round: int, replies: list[Message], answered: int, sampled: int) -> None:
+        """Stop, keeping the last checkpoint, when sampled clients failed that the scenario did not make fail.
 
         A client lost to the infrastructure (a node that died, an actor Flower keeps re-using)
         would otherwise be aggregated away silently, round after round, and the run would end with
         numbers no other engine gives. Injected faults (``federated.faults``) are the experiment
         itself: those rounds go on with the clients that answered.
         """
-        lost = self.setup.num_clients - answered
+        lost = sampled - answered
         federated = self.setup.scenario.federated
         assert federated is not None  # a federated scenario
         if lost and federated.faults is None:
             reasons = [(r.error.reason or "").strip() for r in replies if r.has_error()]
             why = f" ({reasons[0].splitlines()[-1][:160]})" if reasons and reasons[0] else ""
             raise ResumableFailure(
-                f"{self.ctx.run.path}: round {server_round}: {lost} of {self.setup.num_clients} clients failed{why}; "
+                f"{self.ctx.run.path}: round {server_round}: {lost} of {sampled} clients failed{why}; "
                 f"the run stopped at its last checkpoint: 'testbed resume {self.ctx.run.path}' redoes the round "
                 "on the nodes that are alive")
+
+    def _partition_nodes(self, grid: Grid) -> dict[int, int]:
+        """Which Flower node hosts each partition: asked once per run (node ids are random per run), so
+        that a round can address its sample (`testbed.federated.sampling`)."""
+        federated = self.setup.scenario.federated
+        assert federated is not None  # a federated scenario
+        n = self.setup.num_clients
+        while len(node_ids := list(grid.get_node_ids())) < n:
+            if self.stop.wait(PULL_INTERVAL_S):
+                raise RoundInterrupted
+        queries = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
+        replies = self._send_and_receive(grid, queries, federated.round_timeout_s)
+        # flwr types a record's values as those of any record
+        nodes = {int(r.content["metrics"][QUERY_PARTITION]): r.metadata.src_node_id  # type: ignore[arg-type]
+                 for r in replies if not r.has_error()}
+        if len(nodes) < n:
+            raise ResumableFailure(f"{self.ctx.run.path}: {n - len(nodes)} of {n} clients did not say which partition "
+                                   f"they hold; 'testbed resume {self.ctx.run.path}' asks again")
+        return nodes
 
     def _send_and_receive(self, grid: Grid, messages: Iterable[Message], timeout: float) -> list[Message]:
         """`Grid.send_and_receive` (push, then pull replies until all came or ``timeout``), leaving
@@ -166,21 +206,30 @@ class RoundLoop:
                 raise RoundInterrupted
         return replies
 
-    def _inject_attack(self, server_round: int, replies: list[Message]) -> None:
+    def _inject_attack(self, server_round: int, replies: list[Message], sample: Sequence[int] | None = None) -> bool:
+        """Write the Byzantine replies of a model attack; True when the round's sample (default: every
+        client) holds too few benign clients for an omniscient attack (it needs two), whose attackers
+        then upload what they trained."""
         assert self.setup.scenario.federated is not None  # a federated scenario
         attack = self.setup.scenario.federated.attack
         if attack is None or registered_attacks()[attack.name].kind != "model" or not self.setup.malicious:
-            return
+            return False
+        mask = torch.tensor([partition_id(r) in self.setup.malicious for r in replies])
+        if not bool(mask.any()):
+            return False
+        if registered_attacks()[attack.name].omniscient and int((~mask).sum()) < 2:
+            return True
         template = self.state
         global_vector = flatten_state(template)
         # flwr types a RecordDict's items as any record
         states = torch.stack([flatten_state(r.content["arrays"].to_torch_state_dict())  # type: ignore[union-attr]
                               for r in replies])
-        mask = torch.tensor([partition_id(r) in self.setup.malicious for r in replies])
         generator = self.setup.seeds.torch(f"attack.round.{server_round}")
         params = dict(attack.params)
         if attack.threat_model == "marsfl" and attack.name in MARSFL_ATTACKS:
-            poisoned = self._marsfl_uploads(attack.name, states, global_vector, mask, generator, params)
+            asked = range(self.setup.num_clients) if sample is None else sample
+            benign = sum(client not in self.setup.malicious for client in asked)
+            poisoned = self._marsfl_uploads(attack.name, states, global_vector, mask, generator, params, benign)
         elif attack.name in FULL_MODEL_ATTACKS:
             # The untrained network is the round-0 global model, sent every round (SDEA's code sends a
             # copy of its initial network). In round 1 that is a zero update.
@@ -191,18 +240,19 @@ class RoundLoop:
         for row, reply in enumerate(replies):
             if mask[row]:
                 reply.content["arrays"] = ArrayRecord(unflatten_state(poisoned[row], template))
+        return False
 
     def _marsfl_uploads(self, name: str, states: torch.Tensor, global_vector: torch.Tensor, mask: torch.Tensor,
-                        generator: torch.Generator, params: dict[str, Any]) -> torch.Tensor:
+                        generator: torch.Generator, params: dict[str, Any], benign: int) -> torch.Tensor:
         """Threat model ``marsfl`` (`testbed.strategies.marsfl`): the crafted update written as the
         malicious models' parameters, their buffers kept. LIE counts as MarsFL does: ``n`` the clients
-        that replied, ``m`` = ``n`` minus the federation's benign clients (these replace any
-        ``num_clients`` the scenario sets; ``z`` set in the scenario still wins over MarsFL's)."""
+        that replied, ``m`` = ``n`` minus the benign clients the round asked (all the federation's
+        without sampling; these replace any ``num_clients`` the scenario sets; ``z`` set in the
+        scenario still wins over MarsFL's)."""
         names = {key for key, _ in self.setup.build_model().named_parameters()}
         if name == "lie":
             n = states.shape[0]
-            params = params | {"num_clients": n,
-                               "num_malicious": n - (self.setup.num_clients - len(self.setup.malicious))}
+            params = params | {"num_clients": n, "num_malicious": n - benign}
         return poison_states(name, states, global_vector, mask, parameter_mask(self.state, names), generator,
                              **params)
 

@@ -1,9 +1,20 @@
 """Server strategies a scenario can name in ``federated.strategy``, each with its typed config.
 
-Flower's own robust strategies (FedAvg, Krum, MultiKrum, Bulyan, FedMedian, FedTrimmedAvg) are
-used as they are; DnC, RFA, FLTrust and SDEA come from the `strategies` package. Every strategy
-waits for all the scenario's clients in every round (``min_available_nodes = N``), so a round
-never starts with only the clients that happened to register first.
+Every strategy of ``flwr.serverapp.strategy`` that aggregates model arrays is used as it is:
+FedAvg, FedAvgM, FedProx, FedAdagrad, FedAdam, FedYogi, QFedAvg and the robust Krum, MultiKrum,
+Bulyan, FedMedian, FedTrimmedAvg. Not here: FedXgbBagging and FedXgbCyclic (XGBoost trees sent as
+bytes, not a model's arrays) and the DP wrappers (``federated.privacy`` wraps a strategy named
+here). DnC, RFA, FLTrust and SDEA come from the `strategies` package.
+
+Every strategy trains exactly the round's clients: all N, or the sample ``federated.sampling``
+draws (`testbed.federated.sampling`), which the round loop shows it as the only nodes of the grid;
+``min_train_nodes`` and ``min_available_nodes`` are that count, so a round never starts with only
+the clients that happened to register first. FedProx is FedAvg whose clients add the proximal
+term: ``strategy: {name: fedprox, proximal_mu: 0.01}`` drives the same client term as
+``federated.proximal_mu`` (`FederatedConfig.client_proximal_mu`); validation refuses the two set
+apart. q-FedAvg reads the clients' ``train_loss`` (their mean loss over the local epochs) and, by
+default, the workload's ``lr``. The server optimizers' moments (FedAvgM, FedAdagrad, FedAdam,
+FedYogi) live in the strategy; checkpoints keep them (`testbed.federated.optimizer_state`).
 """
 
 from __future__ import annotations
@@ -22,13 +33,21 @@ from testbed.data.public import augment_views, public_images
 from testbed.federated.config import (
     ByzantineCount,
     DnCConfig,
+    FedAdagradConfig,
+    FedAdamConfig,
+    FedAvgMConfig,
+    FedProxConfig,
+    FedYogiConfig,
     FLTrustConfig,
     MultiKrumConfig,
     NoParams,
+    QFedAvgConfig,
     RFAConfig,
     SDEAConfig,
     TrimmedAvgConfig,
 )
+from testbed.federated.dp import private_strategy
+from testbed.federated.sampling import clients_per_round
 from testbed.federated.setup import FederationSetup
 from testbed.plugins import load_entry_points
 
@@ -43,9 +62,39 @@ class StrategyEntry:
     min_clients: Callable[[int], int] = lambda f: 1  # clients needed for f Byzantine
 
 
+def per_round(setup: FederationSetup) -> int:
+    """The clients every round trains (all, or the sample's size)."""
+    assert setup.scenario.federated is not None  # a federated scenario
+    return clients_per_round(setup.scenario.federated.sampling, setup.num_clients)
+
+
 def _common(setup: FederationSetup) -> dict[str, Any]:
-    n = setup.num_clients
-    return {"fraction_train": 1.0, "fraction_evaluate": 0.0, "min_train_nodes": n, "min_available_nodes": n}
+    k = per_round(setup)
+    return {"fraction_train": 1.0, "fraction_evaluate": 0.0, "min_train_nodes": k, "min_available_nodes": k}
+
+
+def _build_fedprox(config: FedProxConfig, setup: FederationSetup, f: int) -> flower.Strategy:
+    assert setup.scenario.federated is not None  # a federated scenario
+    return flower.FedProx(proximal_mu=setup.scenario.federated.client_proximal_mu(), **_common(setup))
+
+
+def _build_qfedavg(config: QFedAvgConfig, setup: FederationSetup, f: int) -> flower.Strategy:
+    return flower.QFedAvg(client_learning_rate=qfedavg_learning_rate(config, setup.scenario), q=config.q,
+                          **_common(setup))
+
+
+def qfedavg_learning_rate(config: QFedAvgConfig, scenario: Any) -> float:
+    """q-FedAvg's client learning rate: its own, else the workload's ``lr``; ValueError without either."""
+    if config.client_learning_rate is not None:
+        return config.client_learning_rate
+    lr = scenario.workload.params.get("lr") if scenario.workload is not None else None
+    if lr is None and scenario.workload is not None:
+        from testbed.workloads.registry import config_class
+
+        lr = getattr(config_class(scenario.workload.name)(), "lr", None)
+    if lr is None:
+        raise ValueError("client_learning_rate: the workload has no lr; set it")
+    return float(lr)
 
 
 def _build_fltrust(config: FLTrustConfig, setup: FederationSetup, f: int) -> flower.Strategy:
@@ -75,7 +124,7 @@ STRATEGIES: dict[str, StrategyEntry] = {
                           "Flower's Krum (Blanchard et al. 2017)", lambda f: 2 * f + 3),
     "multikrum": StrategyEntry(
         MultiKrumConfig,
-        lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=c.num_selected or s.num_clients - f,
+        lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=c.num_selected or per_round(s) - f,
                                          **_common(s)),
         "Flower's MultiKrum", lambda f: 2 * f + 3),
     "bulyan": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Bulyan(num_malicious_nodes=f, **_common(s)),
@@ -88,12 +137,32 @@ STRATEGIES: dict[str, StrategyEntry] = {
         DnCConfig,
         lambda c, s, f: robust.DnC(num_malicious_nodes=f, filter_frac=c.filter_frac, num_iters=c.num_iters,
                                    sub_dim=c.sub_dim, seed=s.seeds.integer("dnc"), **_common(s)),
-        "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)"),
+        "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)", lambda f: f + 1),
     "rfa": StrategyEntry(RFAConfig, lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol, **_common(s)),
                          "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)"),
     "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust,
                              "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
     "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
+    "fedavgm": StrategyEntry(
+        FedAvgMConfig,
+        lambda c, s, f: flower.FedAvgM(server_learning_rate=c.server_learning_rate,
+                                       server_momentum=c.server_momentum, **_common(s)),
+        "Flower's FedAvgM: FedAvg with server momentum (Hsu et al. 2019)"),
+    "fedprox": StrategyEntry(FedProxConfig, _build_fedprox,
+                             "Flower's FedProx: FedAvg, clients add a proximal term (Li et al. 2020)"),
+    "fedadagrad": StrategyEntry(
+        FedAdagradConfig, lambda c, s, f: flower.FedAdagrad(eta=c.eta, tau=c.tau, **_common(s)),
+        "Flower's FedAdagrad: adaptive server optimizer (Reddi et al. 2021)"),
+    "fedadam": StrategyEntry(
+        FedAdamConfig,
+        lambda c, s, f: flower.FedAdam(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
+        "Flower's FedAdam: adaptive server optimizer (Reddi et al. 2021)"),
+    "fedyogi": StrategyEntry(
+        FedYogiConfig,
+        lambda c, s, f: flower.FedYogi(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
+        "Flower's FedYogi: adaptive server optimizer (Reddi et al. 2021)"),
+    "qfedavg": StrategyEntry(QFedAvgConfig, _build_qfedavg,
+                             "Flower's q-FedAvg: fair aggregation weighing high-loss clients up (Li et al. 2020)"),
 }
 
 
@@ -113,9 +182,10 @@ def declared_malicious(config: StrictModel, setup_malicious: int) -> int:
 
 
 def build_strategy(setup: FederationSetup) -> flower.Strategy:
-    """The scenario's strategy, ready for the round loop."""
+    """The scenario's strategy, ready for the round loop (in Flower's central-DP wrapper when asked)."""
     assert setup.scenario.federated is not None  # a federated scenario
     block = setup.scenario.federated.strategy
     entry = registered_strategies()[block.name]
     config = entry.Config.model_validate(block.params)
-    return entry.build(config, setup, declared_malicious(config, len(setup.malicious)))
+    return private_strategy(entry.build(config, setup, declared_malicious(config, len(setup.malicious))),
+                            setup.scenario)

@@ -15,7 +15,7 @@ def train_on(setup: FederationSetup, global_state: dict[str, torch.Tensor], data
              generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Train a copy of the global model on ``data``; return its new state."""
     assert setup.scenario.federated is not None  # a federated scenario
-    model, _ = train_model(setup, global_state, data, epochs, generator, setup.scenario.federated.proximal_mu)
+    model, _ = train_model(setup, global_state, data, epochs, generator, setup.scenario.federated.client_proximal_mu())
     return model.state_dict()
 
 

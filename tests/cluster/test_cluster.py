@@ -23,6 +23,9 @@ import torch
 import yaml
 
 from testbed.cluster import hostfiles, local
+from testbed.federated.config import SamplingConfig
+from testbed.federated.sampling import sample_clients
+from testbed.seeding import SeedTree
 from tests.cluster.conftest import command_line, process_tree, read_json_lines, still_running
 from tests.decentralized.conftest import TINY as DECENTRALIZED
 from tests.decentralized.test_dec_engines import _assert_same_run
@@ -76,6 +79,25 @@ def test_federated_on_three_nodes_matches_local_and_status_lists_it(tmp_path, em
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     assert _without_timings(tmp_path / "cluster") == _without_timings(tmp_path / "local")
     assert _summary(tmp_path / "cluster")["final_metrics"] == _summary(tmp_path / "local")["final_metrics"]
+
+
+def test_federated_sampling_picks_the_same_clients_on_three_nodes_as_locally(tmp_path, emulated_cluster):
+    """Client sampling draws partition ids from the root seed, never Flower's per-run node ids."""
+    path = tmp_path / "fed.yaml"
+    path.write_text(yaml.safe_dump({**FEDERATED, "federated": {**FEDERATED["federated"], "rounds": 2,
+                                                               "sampling": {"count": 2}}}))
+    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
+    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
+                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
+    for code, err in (_finish(local_run), _finish(cluster_run)):
+        assert code == 0, err
+
+    assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
+    samples = [[r["clients_sampled"] for r in _without_timings(tmp_path / name)] for name in ("local", "cluster")]
+    expected = [sample_clients(SamplingConfig(count=2), 4, SeedTree(FEDERATED["seed"]), r) for r in (1, 2)]
+    assert samples[0] == samples[1] == expected
+    assert [r["clients_trained"] for r in _without_timings(tmp_path / "cluster")] == [2, 2]
+    assert _without_timings(tmp_path / "cluster") == _without_timings(tmp_path / "local")
 
 
 def test_decentralized_on_three_nodes_matches_local(tmp_path, emulated_cluster):

@@ -1,4 +1,4 @@
-"""Partitions of a labelled training set over federated clients (IID, Dirichlet, k classes)."""
+"""Partitions of a labelled training set over federated clients (IID, Dirichlet, k classes, pathological, size skew)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ from testbed.data.partition import (
     DirichletPartition,
     IidPartition,
     PartitionConfig,
+    PathologicalPartition,
     ShardPartition,
+    SizePartition,
     label_histograms,
     partition_indices,
+    size_skew_counts,
 )
 from testbed.errors import ScenarioError
 
-CONFIGS = [IidPartition(), DirichletPartition(beta=0.3), ShardPartition(classes_per_client=2)]
+CONFIGS = [IidPartition(), DirichletPartition(beta=0.3), ShardPartition(classes_per_client=2),
+           PathologicalPartition(classes_per_client=2, assignment="deterministic"), SizePartition(sizes="linear")]
 
 
 def balanced_labels(num_classes: int = 10, per_class: int = 60, seed: int = 0) -> np.ndarray:
@@ -140,6 +144,70 @@ def test_partition_config_is_a_discriminated_union_with_checked_fields():
 
     assert isinstance(parsed, DirichletPartition) and parsed.beta == 0.3 and parsed.min_size == 2
     assert isinstance(adapter.validate_python({"type": "shards"}), ShardPartition)
-    for bad in ({"type": "dirichlet", "beta": 0}, {"type": "iid", "beta": 1}, {"type": "pathological"}):
+    assert isinstance(adapter.validate_python({"type": "size", "sizes": "square"}), SizePartition)
+    for bad in ({"type": "dirichlet", "beta": 0}, {"type": "iid", "beta": 1}, {"type": "natural_id"},
+                {"type": "size", "sizes": "cubic"}, {"type": "pathological", "assignment": "first-deterministic"}):
         with pytest.raises(ValidationError):
             adapter.validate_python(bad)
+
+
+# --- flwr-datasets' pathological and size-skew partitioners, from their definitions --------------------------
+
+
+@pytest.mark.parametrize(("sizes", "num_samples", "num_clients", "expected"), [
+    ("linear", 10, 4, [1, 2, 3, 4]),        # shares 1:2:3:4 of 10
+    ("linear", 11, 4, [1, 2, 3, 5]),        # 1.1, 2.2, 3.3, 4.4 rounded down; the one left over to the last
+    ("square", 14, 3, [1, 4, 9]),           # 1:4:9 of 14
+    ("exponential", 100, 3, [9, 24, 67]),   # e/(e+e^2+e^3) = 0.0900, 0.2447, 0.6652 of 100; 99 + 1 to the last
+])
+def test_size_skew_counts_match_hand_computed_shares(sizes, num_samples, num_clients, expected):
+    assert size_skew_counts(num_samples, num_clients, sizes).tolist() == expected
+
+
+def test_size_partition_gives_those_counts_of_iid_samples():
+    labels = balanced_labels()  # 600 samples
+
+    parts = partition_indices(labels, 3, SizePartition(sizes="square"), np.random.default_rng(0))
+
+    assert [len(part) for part in parts] == size_skew_counts(600, 3, "square").tolist() == [42, 171, 387]
+    assert len(np.unique(labels[parts[2]])) == 10  # drawn IID: the largest client sees every class
+
+
+def test_size_partition_refuses_a_client_without_samples():
+    with pytest.raises(ScenarioError, match=r"^data\.partition\.sizes: exponential sizes over 10 clients"):
+        partition_indices(balanced_labels(), 10, SizePartition(sizes="exponential"), np.random.default_rng(0))
+
+
+def test_pathological_deterministic_assignment_is_classes_i_to_i_plus_k_minus_1():
+    labels = np.repeat(np.arange(4), 4)  # classes 0..3, four samples each
+
+    parts = partition_indices(labels, 4, PathologicalPartition(classes_per_client=2, assignment="deterministic"),
+                              np.random.default_rng(0))
+
+    # client i holds classes i and i+1 mod 4; each class has two holders, so two samples go to each
+    assert [sorted(set(labels[part].tolist())) for part in parts] == [[0, 1], [1, 2], [2, 3], [0, 3]]
+    assert [np.bincount(labels[part], minlength=4).tolist() for part in parts] == [
+        [2, 2, 0, 0], [0, 2, 2, 0], [0, 0, 2, 2], [2, 0, 0, 2]]
+
+
+@pytest.mark.parametrize("assignment", ["random", "first_deterministic"])
+def test_pathological_gives_exactly_k_classes(assignment):
+    labels = balanced_labels()
+
+    parts = partition_indices(labels, 15, PathologicalPartition(classes_per_client=3, assignment=assignment),
+                              np.random.default_rng(2))
+
+    assert all(len(np.unique(labels[part])) == 3 for part in parts)
+    if assignment == "first_deterministic":  # client i's first class is i mod 10
+        assert all(client % 10 in labels[part] for client, part in enumerate(parts))
+    used = np.concatenate(parts)
+    assert len(np.unique(used)) == len(used)  # no sample twice; classes nobody holds are left out
+
+
+def test_pathological_random_leaves_out_classes_nobody_holds():
+    labels = balanced_labels()
+
+    parts = partition_indices(labels, 2, PathologicalPartition(classes_per_client=1), np.random.default_rng(0))
+
+    held = {int(c) for part in parts for c in np.unique(labels[part])}
+    assert sum(len(part) for part in parts) == 60 * len(held) < len(labels)

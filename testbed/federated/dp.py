@@ -1,0 +1,137 @@
+"""Flower's DP mechanisms in a federated run (see `testbed.federated.privacy` for the block and the
+accountant): the central-DP strategy wrapper the scenario asks for, and the client-side mods.
+
+Flower's wrappers and mods draw their noise from numpy's global generator; here it is seeded from
+the root seed around each round's aggregation (and each client's local-DP release) and restored
+afterwards, so a rerun, or a resumed run, adds the same noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
+from flwr.clientapp import mod
+from flwr.serverapp import Grid
+from flwr.serverapp import strategy as flower
+from flwr.serverapp.strategy import Strategy
+
+from testbed.federated.privacy import clients_per_round
+from testbed.scenario import Scenario
+from testbed.seeding import SeedTree
+
+
+@contextmanager
+def numpy_seeded(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded for the block (Flower's DP noise draws from it), then restored."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def private_strategy(inner: Strategy, scenario: Scenario) -> Strategy:
+    """``inner`` wrapped in Flower's central-DP wrapper the scenario asks for (unchanged without
+    central DP), its noise seeded per round."""
+    federated = scenario.federated
+    assert federated is not None  # a federated scenario
+    config = federated.privacy
+    if config is None or config.mode != "central":
+        return inner
+    m = clients_per_round(federated, scenario.data.num_clients)
+    wrapped: Strategy
+    if config.clipping == "fixed":
+        cls = (flower.DifferentialPrivacyServerSideFixedClipping if config.clip_on == "server"
+               else flower.DifferentialPrivacyClientSideFixedClipping)
+        wrapped = cls(inner, config.noise_multiplier, config.clipping_norm, m)
+    else:
+        cls_a = (flower.DifferentialPrivacyServerSideAdaptiveClipping if config.clip_on == "server"
+                 else flower.DifferentialPrivacyClientSideAdaptiveClipping)
+        wrapped = cls_a(inner, config.noise_multiplier, m, initial_clipping_norm=config.clipping_norm,
+                        target_clipped_quantile=config.target_quantile, clip_norm_lr=config.clip_norm_lr,
+                        clipped_count_stddev=config.clipped_count_stddev)
+    return SeededPrivacy(wrapped, SeedTree(scenario.seed).child("privacy"),
+                         getattr(inner, "weighted_by_key", "num-examples"))
+
+
+class SeededPrivacy(Strategy):
+    """Delegates to a Flower DP wrapper: weighs the clients equally (its noise is calibrated to the
+    uniform mean of the clipped updates) and seeds numpy's global generator per round around its
+    aggregation. `state` / `restore`: adaptive clipping's current norm, for checkpoints."""
+
+    def __init__(self, dp: Strategy, seeds: SeedTree, weight_key: str) -> None:
+        self.dp, self.seeds, self.weight_key = dp, seeds, weight_key
+
+    def state(self) -> dict[str, float]:
+        return {"clipping_norm": float(self.dp.clipping_norm)}  # type: ignore[attr-defined]  # every DP wrapper
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if "clipping_norm" in state:
+            self.dp.clipping_norm = float(state["clipping_norm"])  # type: ignore[attr-defined]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        return self.dp.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        for reply in replies:
+            for record in reply.content.metric_records.values():
+                if self.weight_key in record:
+                    record[self.weight_key] = 1
+        with numpy_seeded(self.seeds.integer(f"round.{server_round}")):
+            return self.dp.aggregate_train(server_round, replies)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self.dp.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.dp.aggregate_evaluate(server_round, replies)
+
+    def summary(self) -> None:
+        self.dp.summary()
+
+
+def dp_checkpoint(strategy: Strategy) -> dict[str, Any]:
+    """What a checkpoint keeps of the DP wrapper (adaptive clipping's current norm); empty without one."""
+    return {"dp_state": strategy.state()} if isinstance(strategy, SeededPrivacy) else {}
+
+
+def restore_dp(strategy: Strategy, checkpoint: dict[str, Any] | None) -> None:
+    """Put a checkpoint's DP state (`dp_checkpoint`) back into the wrapper, so a resumed run clips as
+    the uninterrupted one would."""
+    if isinstance(strategy, SeededPrivacy) and checkpoint is not None and "dp_state" in checkpoint:
+        strategy.restore(checkpoint["dp_state"])
+
+
+def client_mods(scenario: Scenario) -> list[Callable[..., Any]]:
+    """The client-side DP mods the scenario asks for: Flower's clipping mod (central DP clipped on the
+    clients) or its LocalDpMod (local DP), the latter's noise seeded per client and round."""
+    federated = scenario.federated
+    config = federated.privacy if federated else None
+    if config is None:
+        return []
+    if config.mode == "central":
+        if config.clip_on == "server":
+            return []
+        return [mod.fixedclipping_mod if config.clipping == "fixed" else mod.adaptiveclipping_mod]
+    # LocalDpMod draws std = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon: epsilon chosen so that std = z * C.
+    epsilon = math.sqrt(2 * math.log(1.25 / config.delta)) / config.noise_multiplier
+    local = mod.LocalDpMod(config.clipping_norm, config.clipping_norm, epsilon, config.delta)
+    root = scenario.seed
+
+    def seeded_local_dp(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+        pid = int(context.node_config["partition-id"])
+        server_round = int(msg.content["config"]["server-round"])  # type: ignore[arg-type]  # flwr: any record
+        with numpy_seeded(SeedTree(root).child("privacy.local").integer(f"client.{pid}.round.{server_round}")):
+            return local(msg, context, call_next)
+
+    return [seeded_local_dp]
