@@ -53,6 +53,10 @@ class Grouping:
                          if keys is None or key in keys)
 
 
+# Charts of the curves section: the sweep's first compared metrics that are recorded over training.
+MAX_CURVE_CHARTS = 6
+
+
 def render_sweep_report(sweep: RunFolder) -> Path:
     """Write ``report/index.html`` of a sweep folder; returns its path."""
     config, summary = sweep.read_config(), sweep.read_summary() or {"variants": {}}
@@ -238,20 +242,25 @@ def _pivot(variants: dict[str, dict[str, Any]], grouping: Grouping) -> str:
 
 
 def _curves(variants: dict[str, dict[str, Any]], grouping: Grouping, metrics: list[str], out_dir: Path) -> str:
-    groups = _groups(variants, grouping)
-    lines: dict[str, tuple[list[float], list[float]]] = {}
-    metric = None
-    for group, members in sorted(groups.items()):
-        curves = [numeric_series(v["metrics"]) for v in members]
-        metric = metric or next((m for m in metrics if all(m in c for c in curves)), None)
-        if metric is None or not all(metric in c for c in curves):
-            continue
-        length = min(len(c[metric][1]) for c in curves)
-        xs = curves[0][metric][0][:length]
-        ys = list(np.mean([c[metric][1][:length] for c in curves], axis=0))
-        lines[grouping.label(group) or "all variants"] = (xs, ys)
-    if not lines or metric is None:
+    """One chart per compared metric that the variants record over training (the first
+    `MAX_CURVE_CHARTS`), each group's mean over seeds a line."""
+    series = {group: [numeric_series(v["metrics"]) for v in members]
+              for group, members in sorted(_groups(variants, grouping).items())}
+    charted = [m for m in metrics if any(all(m in c for c in curves) for curves in series.values())]
+    if not charted:
         return ""
     axis = x_axis(next(iter(variants.values()))["metrics"])
-    plot_curve(out_dir / "sweep-curves.png", f"{metric} (mean over seeds)", axis, lines, ylabel=axis_label(metric))
-    return image("sweep-curves.png", f"{metric} per variant group")
+    images = []
+    for index, metric in enumerate(charted[:MAX_CURVE_CHARTS]):
+        lines: dict[str, tuple[list[float], list[float]]] = {}
+        for group, curves in series.items():
+            if not all(metric in c for c in curves):
+                continue
+            length = min(len(c[metric][1]) for c in curves)
+            xs = curves[0][metric][0][:length]
+            lines[grouping.label(group) or "all variants"] = (
+                xs, list(np.mean([c[metric][1][:length] for c in curves], axis=0)))
+        name = "sweep-curves.png" if index == 0 else f"sweep-curves-{index}.png"
+        plot_curve(out_dir / name, f"{metric} (mean over seeds)", axis, lines, ylabel=axis_label(metric))
+        images.append(image(name, f"{metric} per variant group"))
+    return "".join(images)

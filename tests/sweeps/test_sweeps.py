@@ -168,7 +168,8 @@ def _hand_made_federated_sweep(root) -> RunFolder:
         variant = RunFolder.create(root / "sweep" / "variants" / slug, {
             "kind": "federated", "seed": seed, "federated": {"strategy": {"name": strategy}, "attack": attack}})
         for step in (1, 2):
-            variant.append_metrics({"round": step, "test_accuracy": accuracy * step / 2})
+            variant.append_metrics({"round": step, "test_accuracy": accuracy * step / 2,
+                                    "malicious_weight": 0.1 * step})
         final = {"test_accuracy": accuracy, "malicious_weight": 0.1, "attacker_auroc": 0.9}
         variant.write_summary({"final_metrics": final})
         variant.report_dir.mkdir()
@@ -199,6 +200,9 @@ def test_the_report_links_each_variant_and_labels_groups_by_key_without_repeats(
         "strategy=sdea, attack=lie+threat_model=marsfl"]
     # A federated sweep compares its robustness metrics by default.
     assert "<th>malicious_weight</th>" in page and "<th>attacker_auroc</th>" in page
+    # one chart per compared metric recorded over the rounds (attacker_auroc is a final value only)
+    assert "sweep-curves.png" in page and "sweep-curves-1.png" in page and "sweep-curves-2.png" not in page
+    assert (sweep.report_dir / "sweep-curves-1.png").stat().st_size > 1000
 
 
 def test_a_spread_is_shown_over_two_seeds_or_more_only(tmp_path):
