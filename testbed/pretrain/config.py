@@ -3,7 +3,8 @@
 Example (every key optional; the values shown are the defaults)::
 
     pretrain:
-      corpus: {source: stdlib_code, path: null, max_documents: 2000, heldout_fraction: 0.05}
+      corpus: {source: stdlib_code, path: null, max_documents: 2000, heldout_fraction: 0.05,
+               bos: false}                       # bos: a <|bos|> token starts every document
       tokenizer: {vocab_size: 2048, train_documents: 2000}
       context_length: 256
       packing: {method: best_fit, buffer_size: null}   # best_fit | first_fit | concat | pad
@@ -23,7 +24,7 @@ Example (every key optional; the values shown are the defaults)::
       checkpoint_every: 50
       threads_per_process: 1
       ray_workers: 2          # training processes under engine `ray`
-      outliers: null          # {quantize: true, ...}: kurtosis / max-norm tracking and W8A8 (OutlierConfig)
+      outliers: null          # {quantize: true, ...}: kurtosis / max-norm / sink tracking and W8A8 (OutlierConfig)
 
 This module may import only `testbed.config`, `testbed.errors` and pydantic (it is imported by the
 scenario schema).
@@ -37,7 +38,7 @@ from pydantic import Field, model_validator
 
 from testbed.config import StrictModel
 
-CORPUS_SOURCES = ("stdlib_code", "stdlib_docs", "folder", "factrecall")
+CORPUS_SOURCES = ("stdlib_code", "stdlib_docs", "folder", "factrecall", "bigram_backcopy")
 
 
 class FactRecallCorpusConfig(StrictModel):
@@ -57,16 +58,39 @@ class FactRecallCorpusConfig(StrictModel):
         return self
 
 
-class CorpusConfig(StrictModel):
-    """Where the documents come from, and how many are held out for perplexity."""
+class BigramBackcopyConfig(StrictModel):
+    """The synthetic attention-sink task (`testbed.pretrain.sink_task`): BOS, then a bigram chain
+    whose trigger symbols make the next token copy the one before the trigger. A document fills
+    one sequence of ``pretrain.context_length`` tokens; no tokenizer is trained."""
 
-    source: Literal["stdlib_code", "stdlib_docs", "folder", "factrecall"] = "stdlib_code"
+    symbols: int = Field(64, ge=4, le=65_000, description="alphabet size (BOS, end-of-text and padding come on top)")
+    triggers: int = Field(3, ge=1, description="trigger symbols: after one, the next token copies the one before it")
+    concentration: float = Field(0.1, gt=0, description="Dirichlet concentration of each bigram row (small: peaked)")
+    documents: int = Field(20_000, ge=2, description="documents to generate (train and held-out together)")
+
+    @model_validator(mode="after")
+    def _some_plain_symbols(self) -> BigramBackcopyConfig:
+        if self.triggers >= self.symbols:
+            raise ValueError("triggers must be fewer than symbols")
+        return self
+
+
+class CorpusConfig(StrictModel):
+    """Where the documents come from, and how many are held out for perplexity.
+
+    ``bos: true`` starts every document with a ``<|bos|>`` token (a delimiter that attention heads
+    can use as a sink, as OPT's ``</s>`` and BERT's [CLS]); the ``bigram_backcopy`` task always has one.
+    """
+
+    source: Literal["stdlib_code", "stdlib_docs", "folder", "factrecall", "bigram_backcopy"] = "stdlib_code"
     path: str | None = Field(None,
                              description="folder of .txt files (one document each) and .jsonl files (one per line)")
     text_field: str = Field("text", min_length=1, description="the field of a .jsonl line that holds the text")
     max_documents: int | None = Field(2000, gt=0, description="read at most this many documents (null: all)")
     heldout_fraction: float = Field(0.05, gt=0, lt=1, description="share of documents kept out of training")
     factrecall: FactRecallCorpusConfig = Field(default_factory=FactRecallCorpusConfig)
+    bigram_backcopy: BigramBackcopyConfig = Field(default_factory=BigramBackcopyConfig)
+    bos: bool = Field(False, description="start every document with a <|bos|> token")
 
 
 class TokenizerConfig(StrictModel):
@@ -127,6 +151,14 @@ class OutlierConfig(StrictModel):
     weight_bits: int = Field(8, ge=2, le=16)
     activation_bits: int = Field(8, ge=2, le=16)
     calibration_batches: int = Field(4, gt=0, description="training batches that set the activation ranges")
+    weight_range: Literal["minmax", "mse"] = Field(
+        "minmax", description="minmax: max |w| (Qualcomm's current_minmax); mse: the clipping range of least "
+                              "squared rounding error (validate_clm.py's OPT setup)")
+    activation_range: Literal["running_minmax", "percentile"] = Field(
+        "running_minmax", description="running_minmax: min/max per batch; percentile: the percentiles "
+                                      "(100 - p, p) per batch (validate_clm.py's --percentile); both averaged with "
+                                      "momentum 0.9 over the calibration batches")
+    percentile: float = Field(99.999, gt=50, lt=100, description="p of activation_range: percentile")
 
 
 class PretrainConfig(StrictModel):

@@ -7,7 +7,9 @@ Sources (``pretrain.corpus.source``):
                (``pydoc_data.topics``) and the docstrings of modules, classes and functions;
   folder       a folder of ``.txt`` files (one document each) and ``.jsonl`` files (one document per
                line, text under ``text_field``), read in sorted path order;
-  factrecall   the synthetic closed-domain corpus of `testbed.pretrain.factrecall`.
+  factrecall   the synthetic closed-domain corpus of `testbed.pretrain.factrecall`;
+  bigram_backcopy  token documents of the attention-sink task (`testbed.pretrain.sink_task`), written
+               by `testbed.pretrain.prepare` without a tokenizer (not a text source of this module).
 
 Every source is a generator, so a corpus larger than memory streams through tokenization. The
 standard-library sources visit files in an order drawn from the run's seed, so ``max_documents``
@@ -150,6 +152,8 @@ def check_training_documents(config: CorpusConfig, source: str, seed: int) -> No
     """Refuse a corpus whose split leaves no training document (a folder of empty files, or every
     document held out), or a folder with a malformed JSONL line among its first `SCAN_DOCUMENTS`
     documents; a built-in source is read only up to its first training document."""
+    if config.source == "bigram_backcopy":  # token documents, generated (and split) by the preparation
+        return
     held_out, trains = 0, False
     try:
         for count, (heldout, _) in enumerate(iter_split(config, seed)):

@@ -11,6 +11,10 @@ The choice is drawn per sequence from a generator seeded by the run's seed, the 
 and the step, so masks are fresh at every step (dynamic masking), identical on every engine and
 for any number of processes, and redrawn identically after a resume. Held-out sequences use
 fixed masks (step -1), so every evaluation scores the same positions.
+
+With ``pretrain.corpus.bos`` every document reads ``<|bos|> text <|endoftext|>``, BERT's
+``[CLS] text [SEP]``: as in BERT, these two are never chosen (without it, nothing is excluded and
+the masks are those of earlier runs).
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ def masked_count(document_tokens: int) -> int:
     return max(1, round(MASK_RATE * document_tokens)) if document_tokens else 0
 
 
-def mask_tokens(batch: Batch, generators: list[torch.Generator], mask_id: int, vocab_size: int) -> Batch:
-    """Masked inputs and labels for each row of ``batch`` (its next-token labels are dropped)."""
+def mask_tokens(batch: Batch, generators: list[torch.Generator], mask_id: int, vocab_size: int,
+                special_ids: tuple[int, ...] = ()) -> Batch:
+    """Masked inputs and labels for each row of ``batch`` (its next-token labels are dropped);
+    tokens in ``special_ids`` ([CLS], [SEP]) are never chosen."""
     tokens, labels = batch.tokens.clone(), torch.full_like(batch.tokens, IGNORE_INDEX)
+    special = torch.isin(batch.tokens, torch.tensor(special_ids, dtype=batch.tokens.dtype))
     for row, generator in enumerate(generators):
-        positions = torch.nonzero(batch.document_ids[row] >= 0).flatten()
+        positions = torch.nonzero((batch.document_ids[row] >= 0) & ~special[row]).flatten()
         chosen = positions[torch.randperm(len(positions), generator=generator)[: masked_count(len(positions))]]
         labels[row, chosen] = batch.tokens[row, chosen]
         action = torch.rand(len(chosen), generator=generator)
@@ -55,6 +62,8 @@ class MaskedLMData(TrainingData):
         self.mask_id = self.manifest.vocab_size
         self._base_seed = SeedTree(seed).integer("pretrain.masking")
         self._step = 0
+        bos = self.manifest.bos_id
+        self.special_ids = () if bos is None else (bos, self.manifest.eos_id)
 
     @property
     def model_vocab_size(self) -> int:
@@ -71,14 +80,18 @@ class MaskedLMData(TrainingData):
 
     def label_count(self, indices: np.ndarray) -> int:
         total = 0
+        lengths = self.train.lengths
         for index in indices.tolist():
             rows = self.packed.segments[int(self.packed.offsets[index]): int(self.packed.offsets[index + 1])]
-            total += masked_count(int((rows[:, 2] - rows[:, 1]).sum()))
+            tokens = int((rows[:, 2] - rows[:, 1]).sum())
+            if self.special_ids:  # each whole document start holds [CLS], each document end [SEP]
+                tokens -= int((rows[:, 1] == 0).sum() + (rows[:, 2] == lengths[rows[:, 0]]).sum())
+            total += masked_count(tokens)
         return total
 
     def batch(self, indices: np.ndarray) -> Batch:
         return mask_tokens(super().batch(indices), self._generators(indices, self._step), self.mask_id,
-                           self.manifest.vocab_size)
+                           self.manifest.vocab_size, self.special_ids)
 
     def eval_batches(self, rank: int, world: int, batch_size: int) -> list[Batch | None]:
         mine = list(range(rank, len(self.eval_packed), world))
@@ -87,5 +100,6 @@ class MaskedLMData(TrainingData):
         for r, batch in enumerate(batches):
             chunk = mine[r * batch_size: (r + 1) * batch_size]
             masked.append(None if batch is None else mask_tokens(batch, self._generators(chunk, EVAL_STEP),
-                                                                 self.mask_id, self.manifest.vocab_size))
+                                                                 self.mask_id, self.manifest.vocab_size,
+                                                                 self.special_ids))
         return masked

@@ -1,7 +1,8 @@
 """The outlier and quantization evaluations of a ``pretrain.outliers`` run, done by every training process.
 
-At each evaluation step: the paper's outlier metrics over the held-out batches (overall and per
-hooked module, `testbed.pretrain.outliers`). After the last step also: the |activation|
+At each evaluation step: the paper's outlier metrics over the held-out batches (overall, FFN and
+block outputs apart, and per hooked module, `testbed.pretrain.outliers`) and the attention sink per
+layer (`testbed.pretrain.attention_sink`). After the last step also: the |activation|
 histograms (sent to the driver as report arrays) and the quality of the W8A8-quantized model
 (`testbed.pretrain.quantization`) beside the full-precision quality, and the gap between them
 (perplexity increase for language models, accuracy drop for the ViT).
@@ -26,7 +27,7 @@ def outlier_metrics(model: nn.Module, data, rank: int, world: int, device: torch
     model.eval()
     meter = measure_outliers(model, data.eval_batches(rank, world, EVAL_BATCH), placeholder_batch(data), device)
     model.train(was_training)
-    return {**meter.summary(), "outliers": meter.per_module()}, meter
+    return {**meter.summary(), "outliers": meter.per_module(), "sink": meter.sink.per_layer()}, meter
 
 
 def histogram_arrays(meter: OutlierMeter) -> dict[str, list]:
@@ -47,7 +48,9 @@ def quantized_metrics(model: nn.Module, config: PretrainConfig, data, full_preci
     assert config.outliers is not None  # called only with outlier metrics on
     fresh = build_model(config, data).to(device)
     fresh.load_state_dict(model.state_dict())
-    quantized = QuantizedModel(fresh, config.outliers.weight_bits, config.outliers.activation_bits)
+    options = config.outliers
+    quantized = QuantizedModel(fresh, options.weight_bits, options.activation_bits, options.weight_range,
+                               options.percentile if options.activation_range == "percentile" else None)
     calibration = (data.batch(data.global_batch(step, config.batch_size)).to(device)
                    for step in range(config.outliers.calibration_batches))
     quantized.calibrate((batch.tokens, batch.document_ids) for batch in calibration)

@@ -58,6 +58,54 @@ class OutlierSummarySection(ReportSection):
                 + "<h3>Per layer, final step</h3>" + table(module_rows, ("module", "kurtosis", "inf norm")))
 
 
+# (figure title, metrics.jsonl dict, per-layer key inside it, statistic)
+LAYER_CURVES = (("block output kurtosis", "outliers", "output", "kurtosis"),
+                ("block output inf norm", "outliers", "output", "inf_norm"),
+                ("FFN output kurtosis", "outliers", "ffn_out", "kurtosis"),
+                ("FFN output inf norm", "outliers", "ffn_out", "inf_norm"),
+                ("attention mass on the first token (sink)", "sink", "", "mass"),
+                ("residual norm at the first token", "sink", "", "sink_norm"))
+
+
+class LayerCurvesSection(ReportSection):
+    """Per layer over training: FFN-output and block-output kurtosis and inf norm, the attention
+    mass on each document's first token and that token's residual norm (beside the others')."""
+
+    title = "Outliers and the attention sink per layer, over training"
+
+    def render(self, data: RunData, out_dir: Path) -> str:
+        records = [r for r in data.metrics if "sink" in r and "outliers" in r]
+        if not records:
+            return NOT_MEASURED
+        steps = [r["step"] for r in records]
+        layers = sorted(records[-1]["sink"], key=lambda name: int(name.removeprefix("layer")))
+        fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), dpi=100)
+        for ax, (title, source, role, stat) in zip(axes.flat, LAYER_CURVES):
+            for layer in layers:
+                key = f"{layer}.{role}" if role else layer
+                line, = ax.plot(steps, [r[source].get(key, {}).get(stat, float("nan")) for r in records], label=layer)
+                if stat == "sink_norm":
+                    ax.plot(steps, [r[source].get(key, {}).get("other_norm", float("nan")) for r in records],
+                            linestyle=":", color=line.get_color(), label=f"{layer} (other tokens)")
+            ax.set(title=title, xlabel="step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        curves = figure_image(fig, out_dir / "outlier-layer-curves.png", "per-layer outlier and sink curves")
+        last = records[-1]
+        rows = [(layer, last["outliers"].get(f"{layer}.ffn_out", {}).get("kurtosis", "-"),
+                 last["outliers"].get(f"{layer}.output", {}).get("kurtosis", "-"),
+                 last["outliers"].get(f"{layer}.output", {}).get("inf_norm", "-"),
+                 last["sink"][layer]["mass"], last["sink"][layer]["sink_norm"], last["sink"][layer]["other_norm"])
+                for layer in layers]
+        return (curves + "<p>Held-out documents at every evaluation. Sink: the attention weight a query puts on "
+                "its document's first token (BOS where the corpus has one), mean over heads and queries (the "
+                "first position itself left out); residual norm: L2 norm of the block output there, dotted: "
+                "mean over the other positions.</p>"
+                + table(rows, ("layer", "FFN kurtosis", "block kurtosis", "block inf norm", "sink mass",
+                               "sink residual norm", "other residual norm")))
+
+
 class ActivationHistogramSection(ArraySection):
     """|activation| histograms of every hooked module after training, log-log, with the peak marked."""
 
@@ -87,4 +135,4 @@ class ActivationHistogramSection(ArraySection):
                 + table(rows, ("module", "max |activation|")))
 
 
-OUTLIER_SECTIONS = (OutlierSummarySection(), ActivationHistogramSection())
+OUTLIER_SECTIONS = (OutlierSummarySection(), LayerCurvesSection(), ActivationHistogramSection())

@@ -16,6 +16,12 @@ Hooked modules, per block j (named after OPT's in the paper's code): ``layer{j}.
 (final_layer_norm), ``layer{j}.ffn_out`` (fc2), ``layer{j}.output`` (the block's output), and
 ``final_norm``. Histograms of |activation| over fixed log-spaced bins are collected alongside,
 for the report's outlier plots.
+
+Besides the two headline numbers, the FFN outputs and the block outputs are summarised apart
+(the BERT protocol of the paper's ``validate_mlm.py`` measures the FFN output, and the LayerNorm
+outputs, bounded near sqrt(d) |gamma|, dilute the average over all modules): ``ffn_kurtosis`` and
+``block_kurtosis`` are means over layers, ``ffn_inf_norm`` and ``block_inf_norm`` maxima over
+layers. The same pass measures the attention sink per layer (`testbed.pretrain.attention_sink`).
 """
 
 from __future__ import annotations
@@ -29,12 +35,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from testbed.pretrain.attention_sink import SinkMeter
 from testbed.pretrain.batches import Batch
+from testbed.pretrain.model import SelfAttention
 
 HOOK_POINTS = {"attn_norm": "attention_norm", "attn_out": "attention.out", "ffn_norm": "mlp_norm",
                "ffn_out": "mlp", "output": ""}
 HISTOGRAM_EDGES = np.logspace(-4, 4, 81)  # |activation| from 1e-4 to 1e4; smaller values fall in bin 0
 KURTOSIS_EPS = 1e-6
+# summary scalar prefix -> hooked module role, measured apart (mean kurtosis, max inf norm over layers)
+ROLE_SUMMARIES = {"ffn": "ffn_out", "block": "output"}
 
 
 def kurtosis(x: torch.Tensor) -> torch.Tensor:
@@ -62,6 +72,7 @@ class OutlierMeter:
         self.sums = {name: np.zeros(3) for name in self.names}  # kurtosis, inf norm, samples
         self.histograms = {name: np.zeros(len(HISTOGRAM_EDGES) - 1) for name in self.names}
         self.peaks = {name: 0.0 for name in self.names}
+        self.sink = SinkMeter(sum(name.startswith("layer") and name.endswith(".output") for name in self.names))
 
     def add(self, name: str, output: torch.Tensor, valid: torch.Tensor) -> None:
         """Add the samples of one module output (B, T, hidden) with valid positions (B, T)."""
@@ -79,6 +90,7 @@ class OutlierMeter:
         """Sum the sums and histograms, and take the max of the peaks, over all processes."""
         if not (dist.is_initialized() and dist.get_world_size() > 1):
             return
+        self.sink.all_reduce(device)
         flat = torch.tensor(np.concatenate([np.concatenate([self.sums[n], self.histograms[n]]) for n in self.names]),
                             dtype=torch.float64, device=device)
         dist.all_reduce(flat)
@@ -98,8 +110,16 @@ class OutlierMeter:
     def summary(self) -> dict[str, float]:
         """The paper's two headline numbers over modules."""
         stats = self.per_module()
-        return {"avg_kurtosis": float(np.mean([s["kurtosis"] for s in stats.values()])),
-                "max_inf_norm": float(max(s["inf_norm"] for s in stats.values()))}
+        summary = {"avg_kurtosis": float(np.mean([s["kurtosis"] for s in stats.values()])),
+                   "max_inf_norm": float(max(s["inf_norm"] for s in stats.values()))}
+        for prefix, role in ROLE_SUMMARIES.items():
+            chosen = [s for name, s in stats.items() if name.startswith("layer") and name.endswith("." + role)]
+            if chosen:
+                summary[f"{prefix}_kurtosis"] = float(np.mean([s["kurtosis"] for s in chosen]))
+                summary[f"{prefix}_inf_norm"] = float(max(s["inf_norm"] for s in chosen))
+        if self.sink.sums[:, 1].sum() > 0:
+            summary.update(self.sink.summary())
+        return summary
 
 
 @contextmanager
@@ -115,6 +135,27 @@ def recording(model: nn.Module, meter: OutlierMeter, valid: Callable[[], torch.T
             handle.remove()
 
 
+@contextmanager
+def sink_recording(model: nn.Module, meter: SinkMeter, document_ids: Callable[[], torch.Tensor]):
+    """Hooks that add each block's attention weights and output to ``meter``. The blocks' attention
+    runs its explicit form meanwhile (the fused kernels do not expose the weights; same numbers)."""
+    blocks = list(cast(nn.ModuleList, model.blocks))
+    attentions = [cast(SelfAttention, block.get_submodule("attention")) for block in blocks]
+    handles = []
+    for j, (block, attention) in enumerate(zip(blocks, attentions)):
+        attention.fused = False
+        handles.append(attention.weights.register_forward_hook(
+            lambda _m, _i, out, j=j: meter.add_weights(j, out, document_ids())))
+        handles.append(block.register_forward_hook(lambda _m, _i, out, j=j: meter.add_residual(j, out, document_ids())))
+    try:
+        yield meter
+    finally:
+        for handle in handles:
+            handle.remove()
+        for attention in attentions:
+            attention.fused = True
+
+
 @torch.no_grad()
 def measure_outliers(model: nn.Module, batches: list[Batch | None], placeholder: Batch,
                      device: torch.device) -> OutlierMeter:
@@ -125,11 +166,12 @@ def measure_outliers(model: nn.Module, batches: list[Batch | None], placeholder:
     """
     meter = OutlierMeter(hooked_modules(model))
     current: dict[str, torch.Tensor] = {}
-    with recording(model, meter, lambda: current["valid"]):
+    with recording(model, meter, lambda: current["ids"] >= 0), \
+            sink_recording(model, meter.sink, lambda: current["ids"]):
         for batch in batches:
             used = (batch or placeholder).to(device)
-            current["valid"] = used.document_ids >= 0 if batch is not None else torch.zeros_like(used.document_ids,
-                                                                                                 dtype=torch.bool)
+            # a placeholder's positions are all padding (-1): it adds nothing
+            current["ids"] = used.document_ids if batch is not None else torch.full_like(used.document_ids, -1)
             model(used.tokens, used.document_ids)
     meter.all_reduce(device)
     return meter

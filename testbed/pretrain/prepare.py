@@ -3,8 +3,10 @@
 The driver runs this once, before any training process starts; the training processes only read
 the result. Layout of ``RUN/corpus/``::
 
-    tokenizer.json                    the byte-level BPE tokenizer (`testbed.pretrain.tokenizer`)
-    train.tokens.bin, .offsets.npy    training documents, each ending with <|endoftext|>
+    tokenizer.json                    the byte-level BPE tokenizer (`testbed.pretrain.tokenizer`; none
+                                      for the bigram_backcopy task, whose ids are its symbols)
+    train.tokens.bin, .offsets.npy    training documents, each ending with <|endoftext|> (and starting
+                                      with <|bos|> under ``corpus.bos``)
     heldout.tokens.bin, .offsets.npy  held-out documents (perplexity, fact recall)
     train.packed.offsets.npy          the packing: sequence i is segments[offsets[i]:offsets[i + 1]],
     train.packed.segments.npy         each row (document, start, end); its statistics are among the
@@ -31,8 +33,10 @@ import numpy as np
 from testbed.pretrain.config import PretrainConfig
 from testbed.pretrain.corpus import factrecall_heldout, iter_split
 from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed_sequences
+from testbed.pretrain.sink_task import task_documents
 from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
-from testbed.pretrain.tokenizer import END_OF_TEXT, PAD, save_tokenizer, special_id, train_tokenizer
+from testbed.pretrain.tokenizer import BOS, END_OF_TEXT, PAD, save_tokenizer, special_id, train_tokenizer
+from testbed.seeding import SeedTree
 
 TOKENIZE_BATCH = 256
 
@@ -50,6 +54,7 @@ class CorpusManifest:
     n_heldout_documents: int
     n_train_tokens: int
     n_sequences: int
+    bos_id: int | None = None  # the id every document starts with (corpus.bos, bigram_backcopy)
 
     @classmethod
     def load(cls, folder: Path) -> CorpusManifest:
@@ -95,37 +100,73 @@ def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str,
     partial = folder.with_name("." + folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    if config.corpus.source == "bigram_backcopy":
+        _write_task(partial, config, seed)
+        return _finish(folder, partial, config)
     train_texts = (text for heldout, text in iter_split(config.corpus, seed) if not heldout)
     tokenizer = train_tokenizer(itertools.islice(train_texts, config.tokenizer.train_documents),
-                                config.tokenizer.vocab_size)
+                                config.tokenizer.vocab_size, bos=config.corpus.bos)
     save_tokenizer(tokenizer, partial / "tokenizer.json")
     vocab_size, eos_id = tokenizer.get_vocab_size(), special_id(tokenizer, END_OF_TEXT)
-    train, heldout = _tokenize(tokenizer, config, seed, partial, vocab_size, eos_id)
+    bos_id = special_id(tokenizer, BOS) if config.corpus.bos else None
+    train, heldout = _tokenize(tokenizer, config, seed, partial, vocab_size, eos_id, bos_id)
+    _pack(partial, config, train, heldout)
+    if config.corpus.source == "factrecall":
+        _write_factrecall_questions(partial / "factrecall_eval.json", config, seed)
+    _write_manifest(partial, config, vocab_size, eos_id, special_id(tokenizer, PAD), bos_id, train, heldout)
+    return _finish(folder, partial, config)
+
+
+def _pack(partial: Path, config: PretrainConfig, train: TokenStore, heldout: TokenStore) -> None:
     length = config.context_length
     packed = PackedSequences.from_sequences(
         iter_packed_sequences(train.lengths.tolist(), length, config.packing.method, config.packing.buffer_size))
     packed.save(partial / "train")
     eval_lengths = heldout.lengths[: config.eval_documents].tolist()
     PackedSequences.from_sequences(iter_packed_sequences(eval_lengths, length, "best_fit")).save(partial / "heldout")
-    if config.corpus.source == "factrecall":
-        _write_factrecall_questions(partial / "factrecall_eval.json", config, seed)
-    manifest = CorpusManifest(vocab_size, eos_id, special_id(tokenizer, PAD), length, config.packing.method,
-                              len(train), len(heldout), train.n_tokens, len(packed))
+
+
+def _write_manifest(partial: Path, config: PretrainConfig, vocab_size: int, eos_id: int, pad_id: int,
+                    bos_id: int | None, train: TokenStore, heldout: TokenStore) -> None:
+    n_sequences = len(PackedSequences.load(partial / "train"))
+    manifest = CorpusManifest(vocab_size, eos_id, pad_id, config.context_length, config.packing.method,
+                              len(train), len(heldout), train.n_tokens, n_sequences, bos_id)
     (partial / "manifest.json").write_text(json.dumps(asdict(manifest), indent=1))
+
+
+def _finish(folder: Path, partial: Path, config: PretrainConfig) -> dict[str, np.ndarray]:
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)
-    return packing_report_arrays(train.lengths, length, config.packing.buffer_size)
+    lengths = TokenStore(folder / "train", CorpusManifest.load(folder).vocab_size).lengths
+    return packing_report_arrays(lengths, config.context_length, config.packing.buffer_size)
 
 
 def _tokenize(tokenizer, config: PretrainConfig, seed: int, folder: Path, vocab_size: int,
-              eos_id: int) -> tuple[TokenStore, TokenStore]:
+              eos_id: int, bos_id: int | None) -> tuple[TokenStore, TokenStore]:
     writers = {False: TokenStoreWriter(folder / "train", vocab_size),
                True: TokenStoreWriter(folder / "heldout", vocab_size)}
+    start = [] if bos_id is None else [bos_id]
     for batch in _batched(iter_split(config.corpus, seed), TOKENIZE_BATCH):
         encodings = tokenizer.encode_batch([text for _, text in batch])
         for (heldout, _), encoding in zip(batch, encodings):
-            writers[heldout].extend([encoding.ids + [eos_id]])
+            writers[heldout].extend([start + encoding.ids + [eos_id]])
     return writers[False].close(), writers[True].close()
+
+
+def _write_task(partial: Path, config: PretrainConfig, seed: int) -> None:
+    """The bigram_backcopy corpus: documents of the context length drawn from the run's task,
+    each held out with probability ``heldout_fraction`` (the split stream of the text sources);
+    at least one document on each side."""
+    task, documents = task_documents(config.corpus.bigram_backcopy, config.context_length, SeedTree(seed))
+    draws = SeedTree(seed).numpy("corpus.heldout").random(len(documents)) < config.corpus.heldout_fraction
+    draws[0], draws[-1] = draws[0] or not draws.any(), draws[-1] and not draws.all()
+    writers = {False: TokenStoreWriter(partial / "train", task.vocab_size),
+               True: TokenStoreWriter(partial / "heldout", task.vocab_size)}
+    for heldout in (False, True):
+        writers[heldout].extend(documents[draws == heldout].tolist())
+    train, heldout_store = writers[False].close(), writers[True].close()
+    _pack(partial, config, train, heldout_store)
+    _write_manifest(partial, config, task.vocab_size, task.eos_id, task.pad_id, task.bos_id, train, heldout_store)
 
 
 def _batched(items: Iterable, size: int) -> Iterator[list]:

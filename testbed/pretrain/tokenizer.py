@@ -3,8 +3,9 @@
 Byte-level BPE (GPT-2's scheme) starts from the 256 byte values, so every text encodes without
 unknown tokens; merges are learned from the run's training documents. Two special tokens are
 added: ``<|endoftext|>`` ends every document, ``<|pad|>`` fills the unused tail of a packed
-sequence (always loss-masked). The trained tokenizer is saved in the run folder, so a resumed run
-and the evaluation use exactly the same ids.
+sequence (always loss-masked). With ``bos=True`` a third, ``<|bos|>``, starts every document (the
+corpus option ``pretrain.corpus.bos``); without it the ids are those of earlier runs. The trained
+tokenizer is saved in the run folder, so a resumed run and the evaluation use exactly the same ids.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 END_OF_TEXT = "<|endoftext|>"
 PAD = "<|pad|>"
+BOS = "<|bos|>"
 SPECIAL_TOKENS = (END_OF_TEXT, PAD)
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
-    """Learn a byte-level BPE vocabulary of at most ``vocab_size`` ids from ``texts``."""
+def train_tokenizer(texts: Iterable[str], vocab_size: int, bos: bool = False) -> Tokenizer:
+    """Learn a byte-level BPE vocabulary of at most ``vocab_size`` ids from ``texts`` (with a
+    ``<|bos|>`` special token when ``bos``)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(SPECIAL_TOKENS) + ([BOS] if bos else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
