@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +75,13 @@ class PretrainRunner(Runner):
         from testbed.pretrain.prepare import prepare_corpus
 
         config = pretrain_config(ctx.scenario)
+        started = time.perf_counter()
         try:
             artifacts = None if config.model.family == "vit" else \
                 prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
         except ScenarioError as err:  # a malformed corpus file past what validation reads: name the scenario too
             raise ScenarioError(f"{ctx.source}: {err}" if ctx.source else str(err)) from None
+        ctx.timings["prepare_corpus_s"] = round(time.perf_counter() - started, 3)
         if artifacts is not None:
             ctx.run.write_artifacts(artifacts)
         checkpoint = ctx.run.latest_checkpoint()
@@ -96,9 +99,14 @@ class PretrainRunner(Runner):
                         _prune_deepspeed_tags(ctx.run.path, event["step"])
                     elif event["event"] == "artifacts":
                         ctx.run.write_artifacts({**ctx.run.read_artifacts(), **as_report_arrays(event["arrays"])})
+                    elif event["event"] == "started":  # start-up of the training processes, see ds_worker
+                        ctx.timings.update({"launch_to_training_s": round(time.perf_counter() - launched, 3),
+                                            "worker_process_s": event["process_s"],
+                                            "engine_init_s": event["engine_init_s"]})
 
                 program = training_program(ctx.run.path, checkpoint["deepspeed_tag"] if checkpoint else None,
                                             world_size(ctx.scenario))
+                launched = time.perf_counter()
                 run_training(ctx.engine, program, on_event)
         records = ctx.run.read_metrics()
         if not records or records[-1]["step"] != config.steps:

@@ -155,6 +155,10 @@ def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_re
     assert summary["final_metrics"] == pytest.approx(reference["final_metrics"], rel=1e-4, abs=1e-6)
     assert "tokens_per_s_per_process" not in summary["final_metrics"]
     assert summary["timings"]["tokens_per_s_per_process"] > 0 and summary["timings"]["wall_s"] > 0
+    # Where the resumed run's start-up went: corpus (kept from the first run), launcher, process, DeepSpeed.
+    timings = summary["timings"]
+    assert 0 < timings["engine_init_s"] < timings["worker_process_s"] < timings["launch_to_training_s"] < \
+        timings["wall_s"] and 0 <= timings["prepare_corpus_s"] < timings["wall_s"]
 
 
 def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_folder(cli, pretrain_scenario, tmp_path):
