@@ -31,8 +31,8 @@ import scipy.sparse as sp
 from .errors import TopologyError
 
 # Columns per block. Each product reads a row of the block per nonzero of W, so the block should
-# stay in cache: at n = 10^4 a 32-column block is 2.5 MB, and per column the product took a third
-# of the time it took with 1024 columns (measured here, torch on one core).
+# stay in cache: at n = 10^4 a 32-column block is 2.5 MB. Measured here (torch, one core, loaded
+# machine), time per column of a product: 0.43 ms with 16 columns, 0.68 with 64, 1.38 with 1024.
 BLOCK = 32
 
 
