@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
@@ -24,7 +24,7 @@ from testbed.data.public import augment_views, public_images
 from testbed.federated.clients_record import attacker_auroc
 from testbed.strategies import SDEA, byzantine_mod
 from tests.strategies import test_flower_sdea_e2e as sdea_app
-from tests.strategies.test_flower_sdea_e2e import TEST, _digits, _net
+from tests.strategies.test_flower_sdea_e2e import TEST, _digits, _net, train_reply
 
 NUM_CLIENTS, NUM_ROUNDS, MALICIOUS = 6, 2, {1, 4}
 
@@ -34,24 +34,9 @@ client_app = ClientApp(mods=[byzantine_mod("random_noise", partition_ids=MALICIO
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    torch.set_num_threads(1)
     pid = int(context.node_config["partition-id"])
-    x, y = _digits()
-    shard = torch.from_numpy(np.array_split(np.random.default_rng(1).permutation(len(y) - TEST), NUM_CLIENTS)[pid])
-    shard = shard + TEST
-    arrays = msg.content["arrays"]
-    assert isinstance(arrays, ArrayRecord)
-    net = _net()
-    net.load_state_dict(arrays.to_torch_state_dict())
-    opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    gen = torch.Generator().manual_seed(pid)
-    for _ in range(2):
-        for batch in shard[torch.randperm(len(shard), generator=gen)].split(32):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[batch]), y[batch]).backward()
-            opt.step()
-    metrics = MetricRecord({"num-examples": len(shard), "partition-id": pid})
-    return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}), reply_to=msg)
+    rows = np.array_split(np.random.default_rng(1).permutation(len(_digits()[1]) - TEST), NUM_CLIENTS)[pid]
+    return train_reply(msg, pid, torch.from_numpy(rows) + TEST, epochs=2)
 
 
 def test_an_attack_mod_and_sdea_in_a_plain_flower_app():

@@ -52,25 +52,30 @@ def _shards() -> list[np.ndarray]:
 client_app = ClientApp()
 
 
-@client_app.train()
-def train(msg: Message, context: Context) -> Message:
+def train_reply(msg: Message, pid: int, shard: torch.Tensor, epochs: int) -> Message:
+    """Train the received model for ``epochs`` passes of SGD over the rows ``shard``; the reply a
+    client sends (also the client of tests/strategies/test_flower_attack_mod_e2e.py)."""
     torch.set_num_threads(1)
-    pid = int(context.node_config["partition-id"])
     x, y = _digits()
-    shard = torch.from_numpy(_shards()[pid]) + TEST
     arrays = msg.content["arrays"]
     assert isinstance(arrays, ArrayRecord)
     net = _net()
     net.load_state_dict(arrays.to_torch_state_dict())
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(pid)
-    for _ in range(5):
+    for _ in range(epochs):
         for batch in shard[torch.randperm(len(shard), generator=gen)].split(32):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(net(x[batch]), y[batch]).backward()
             opt.step()
     metrics = MetricRecord({"num-examples": len(shard), "partition-id": pid})
     return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()), "metrics": metrics}), reply_to=msg)
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    pid = int(context.node_config["partition-id"])
+    return train_reply(msg, pid, torch.from_numpy(_shards()[pid]) + TEST, epochs=5)
 
 
 def _accuracy(state: dict[str, torch.Tensor]) -> float:
