@@ -58,6 +58,16 @@ def _summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def _run_here_and_on_cluster(path: Path, tmp_path: Path, address: str) -> None:
+    """Run the scenario at ``path`` on the local engine and on the cluster side by side (most of a
+    tiny run is start-up, which two processes overlap), into ``tmp_path``/local and /cluster."""
+    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
+    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
+                           "--set", f"engine={{type: ray, address: '{address}'}}")
+    for code, err in (_finish(local_run), _finish(cluster_run)):
+        assert code == 0, err
+
+
 # --- the ray engine on three nodes ---------------------------------------------------------------
 
 
@@ -86,11 +96,7 @@ def test_federated_sampling_picks_the_same_clients_on_three_nodes_as_locally(tmp
     path = tmp_path / "fed.yaml"
     path.write_text(yaml.safe_dump({**FEDERATED, "federated": {**FEDERATED["federated"], "rounds": 2,
                                                                "sampling": {"count": 2}}}))
-    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
-    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
-                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
-    for code, err in (_finish(local_run), _finish(cluster_run)):
-        assert code == 0, err
+    _run_here_and_on_cluster(path, tmp_path, emulated_cluster["address"])
 
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     samples = [[r["clients_sampled"] for r in _without_timings(tmp_path / name)] for name in ("local", "cluster")]
@@ -103,11 +109,7 @@ def test_federated_sampling_picks_the_same_clients_on_three_nodes_as_locally(tmp
 def test_decentralized_on_three_nodes_matches_local(tmp_path, emulated_cluster):
     path = tmp_path / "dec.yaml"
     path.write_text(yaml.safe_dump({**DECENTRALIZED, "engine": {"type": "local"}}))
-    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
-    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
-                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
-    for code, err in (_finish(local_run), _finish(cluster_run)):
-        assert code == 0, err
+    _run_here_and_on_cluster(path, tmp_path, emulated_cluster["address"])
 
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     _assert_same_run(tmp_path / "cluster", tmp_path / "local")
@@ -117,11 +119,7 @@ def test_pretraining_through_ray_train_on_three_nodes_matches_one_process(tmp_pa
     """Ray Train's TorchTrainer runs the DeepSpeed loop with two workers placed on the cluster."""
     path = tmp_path / "pretrain.yaml"
     path.write_text(yaml.safe_dump({**TINY_PRETRAIN, "pretrain": {**TINY_PRETRAIN["pretrain"], "ray_workers": 2}}))
-    local_run = _testbed("run", path, "--run-dir", tmp_path / "local", "--quiet")
-    cluster_run = _testbed("run", path, "--run-dir", tmp_path / "cluster", "--quiet",
-                           "--set", f"engine={{type: ray, address: '{emulated_cluster['address']}'}}")
-    for code, err in (_finish(local_run), _finish(cluster_run)):
-        assert code == 0, err
+    _run_here_and_on_cluster(path, tmp_path, emulated_cluster["address"])
 
     assert _summary(tmp_path / "cluster")["engine"]["nodes"] == 3
     ours, reference = (read_json_lines(tmp_path / name / "metrics.jsonl") for name in ("cluster", "local"))
