@@ -99,18 +99,17 @@ def walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, ke
     transposed = sp.csr_array(walk).T.tocsr()
     contributions = np.minimum(cap, np.arange(steps + 1))
 
-    def matrices():
-        # (W^t)^T and sum_s (W^s)^T / s, kept transposed so that each step is one sparse-times-dense
-        # product on a C-ordered array and one in-place sum, with no transposed copies.
-        power, total, term = np.eye(n), np.zeros((n, n)), np.empty((n, n))
-        for t in range(1, steps + 1):
+    def powers():
+        # (W^t)^T, kept transposed so that each step is one sparse-times-dense product on a
+        # C-ordered array, with no transposed copies.
+        power = np.eye(n)
+        for _ in range(steps):
             power = transposed @ power
-            np.multiply(power, 1.0 / t, out=term)
-            total += term
-            yield contributions[t] * sensitivity**2, total, True
+            yield power
 
     local = contributions * sensitivity**2 / 2.0
-    return _collect(steps, matrices(), local, keep, order_limited=True)
+    return _collect(steps, _visit_sums(powers(), contributions * sensitivity**2, True), local, keep,
+                    order_limited=True)
 
 
 def walk_first_hit_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float,
@@ -120,23 +119,33 @@ def walk_first_hit_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity:
     `topologies.random_walk_first_hit_sum`): a node's later views of the token are post-processing
     of its first one plus noise independent of u. Never above `walk_unit_rho`; one sparse product
     with an n x n array a step, with no symmetry shortcut."""
-    n = walk.shape[0]
     forward = sp.csr_array(walk)
     contributions = np.minimum(cap, np.arange(steps + 1))
 
-    def matrices():
+    def first_hits():
         # P[tau = s] by P[tau = s]_uv = sum_{k != v} W_uk P[tau = s - 1]_kv, P[tau = 1] = W.
-        hit, total, term = forward.toarray(), np.zeros((n, n)), np.empty((n, n))
-        for t in range(1, steps + 1):
-            if t > 1:
+        hit = forward.toarray()
+        for t in range(steps):
+            if t:
                 np.fill_diagonal(hit, 0.0)  # walks that have already hit v drop out
                 hit = forward @ hit
-            np.multiply(hit, 1.0 / t, out=term)
-            total += term
-            yield contributions[t] * sensitivity**2, total, False
+            yield hit
 
     local = contributions * sensitivity**2 / 2.0
-    return _collect(steps, matrices(), local, keep, order_limited=True)
+    return _collect(steps, _visit_sums(first_hits(), contributions * sensitivity**2, False), local, keep,
+                    order_limited=True)
+
+
+def _visit_sums(per_step, scales: np.ndarray, transposed: bool):
+    """For the per-step matrices M_1, M_2, ... (as ``per_step`` yields them), the running sums
+    sum_{s<=t} M_s / s with their scale, in the form `_collect` takes: one in-place sum a step."""
+    total = term = None
+    for t, matrix in enumerate(per_step, start=1):
+        if total is None:
+            total, term = np.zeros_like(matrix), np.empty_like(matrix)
+        np.multiply(matrix, 1.0 / t, out=term)
+        total += term
+        yield scales[t], total, transposed
 
 
 def _translated_walk_unit_rho(walk: np.ndarray, steps: int, cap: int, sensitivity: float, keep: int | None,
