@@ -17,28 +17,48 @@ Two measurements:
   interleaved  one process, one thread: the same model and AdamW take one training step of each
                configuration in turn (--interleaved-steps rounds; median step time), so drift in
                the load of a shared machine hits every configuration alike.
+With ``--startup``, instead: the start-up of a short run on scenarios/pretrain/outeffhop-opt.yaml's
+corpus (stdlib_docs, a 1,024-token BPE, best-fit packing at L = 128):
+  corpus       preparing it at several sizes (--sizes documents): without the cache of prepared
+               corpora (TESTBED_CORPUS_CACHE=off, the yardstick), filling an empty cache, and from
+               the cache; the ratio cached / uncached;
+  10-step run  the scenario with 10 steps, run twice as a whole `testbed run` command with an empty
+               cache of its own (the first prepares and fills, the second reads the cache), each
+               split into its training steps (from its metrics records) and the rest; target: the
+               second run spends <= 30 s outside training. The CPU seconds of each command (all
+               its processes) tell the work apart from waiting on a loaded machine.
 Not a test. Usage:
     python benchmarks/bench_pretrain.py [--engine deepspeed|local] [--corpus stdlib_docs|stdlib_code]
                                         [--steps 60] [--repeats 1] [--configurations best_fit concat ...]
+    python benchmarks/bench_pretrain.py --startup [--engine deepspeed|local] [--sizes 300 600 1200 2400]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from testbed.execute import start_run
 from testbed.loading import validate_raw
 from testbed.pretrain.batches import TrainingData
 from testbed.pretrain.config import PretrainConfig
+from testbed.pretrain.corpus import stdlib_files
 from testbed.pretrain.model import GPT, parameter_groups, summed_loss
-from testbed.pretrain.prepare import prepare_corpus
+from testbed.pretrain.prepare import CorpusManifest, prepare_corpus
+
+OUTEFFHOP = Path(__file__).resolve().parents[1] / "scenarios" / "pretrain" / "outeffhop-opt.yaml"
+SHORT_RUN_TARGET_S = 30.0
 
 CONFIGURATIONS = {  # name: (packing method, attention mask)
     "best_fit": ("best_fit", "document"),
@@ -142,7 +162,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="end-to-end runs per configuration (0: none)")
     parser.add_argument("--interleaved-steps", type=int, default=40)
     parser.add_argument("--configurations", nargs="+", default=list(CONFIGURATIONS), choices=list(CONFIGURATIONS))
+    parser.add_argument("--startup", action="store_true", help="measure start-up instead (corpus cache, 10-step run)")
+    parser.add_argument("--sizes", nargs="+", type=int, default=[300, 600, 1200, 2400],
+                        help="--startup: corpus sizes in documents (stdlib_docs has about 2,500)")
     args = parser.parse_args()
+    if args.startup:
+        startup(args.sizes, args.engine)
+        return
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in args.configurations}
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
         for repeat in range(args.repeats):
@@ -162,6 +188,105 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-pretrain-") as tmp:
         steps = interleaved(args.configurations, args.corpus, args.interleaved_steps, Path(tmp))
     print_table(f"interleaved: one process, one thread, {args.interleaved_steps} rounds, median step", steps)
+
+
+def corpus_preparation(sizes: list[int], workdir: Path) -> None:
+    """Print the seconds of preparing the scenario's corpus at each size: uncached, filling, cached."""
+    base = yaml.safe_load(OUTEFFHOP.read_text())["pretrain"]
+    stdlib_files(False)  # stdlib_docs's files, listed once per process (by validation in a real run)
+    saved = {name: os.environ.get(name) for name in ("TESTBED_CACHE_DIR", "TESTBED_CORPUS_CACHE")}
+    os.environ["TESTBED_CACHE_DIR"] = str(workdir / "cache")
+    header = (f"{'documents':>9} {'train tokens':>12} {'uncached s':>10} {'(CPU s)':>8} {'filling s':>9} "
+              f"{'cached s':>9} {'cached / uncached':>17}")
+    print("corpus preparation (outeffhop-opt.yaml's pretrain block, max_documents varied; in-process)")
+    print(header)
+    print("-" * len(header))
+    try:
+        for size in sizes:
+            config = PretrainConfig.model_validate({**base, "corpus": {**base["corpus"], "max_documents": size}})
+            seconds, cpu = {}, {}
+            for mode in ("uncached", "filling", "cached"):
+                os.environ["TESTBED_CORPUS_CACHE"] = "off" if mode == "uncached" else "on"
+                started, cpu_started = time.perf_counter(), time.process_time()
+                prepare_corpus(workdir / f"{size}-{mode}" / "corpus", config, seed=0)
+                seconds[mode], cpu[mode] = time.perf_counter() - started, time.process_time() - cpu_started
+            tokens = CorpusManifest.load(workdir / f"{size}-cached" / "corpus").n_train_tokens
+            print(f"{size:>9,} {tokens:>12,} {seconds['uncached']:>10.2f} {cpu['uncached']:>8.2f} "
+                  f"{seconds['filling']:>9.2f} {seconds['cached']:>9.3f} "
+                  f"{seconds['cached'] / seconds['uncached']:>17.4f}", flush=True)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    print()
+
+
+def training_seconds(run_dir: Path, batch_size: int, context_length: int, world: int) -> float:
+    """Seconds the run spent in training steps, from its records' throughput (tokens per process-second)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    tokens_per_step = batch_size * context_length / world
+    seconds, previous = 0.0, 0
+    for record in records:
+        if "tokens_per_s_per_process" in record:
+            seconds += (record["step"] - previous) * tokens_per_step / record["tokens_per_s_per_process"]
+            previous = record["step"]
+    return seconds
+
+
+def short_runs(engine: str, workdir: Path) -> None:
+    """Run the scenario with 10 steps twice as whole commands; print where each run's time went."""
+    raw = yaml.safe_load(OUTEFFHOP.read_text())
+    for block in ("sweep", "claims"):
+        raw.pop(block, None)
+    raw["pretrain"]["steps"] = 10
+    world = 2 if engine == "deepspeed" else 1
+    raw["engine"] = {"type": "deepspeed", "num_procs": 2} if engine == "deepspeed" else {"type": "local"}
+    path = workdir / "short.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    environment = {**os.environ, "TESTBED_CACHE_DIR": str(workdir / "run-cache")}
+    environment.pop("TESTBED_CORPUS_CACHE", None)
+    header = (f"{'run':<28} {'command s':>9} {'CPU s':>6} {'training s':>10} {'outside s':>9} {'corpus s':>8} "
+              f"{'launch to training s':>20}")
+    print(f"10-step run of outeffhop-opt.yaml (engine {engine}, {world} process(es)), whole `testbed run` command")
+    print(header)
+    print("-" * len(header))
+    outside: list[float] = []
+    for label in ("first (fills the cache)", "second (cached corpus)"):
+        run_dir = workdir / f"run-{len(outside)}"
+        cpu_before = _children_cpu_s()
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", str(run_dir),
+                               "--quiet"], env=environment, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"testbed run exited with {done.returncode}:\n{done.stderr[-3000:]}")
+        command = time.perf_counter() - started
+        cpu = _children_cpu_s() - cpu_before
+        timings = json.loads((run_dir / "summary.json").read_text())["timings"]
+        training = training_seconds(run_dir, raw["pretrain"]["batch_size"], raw["pretrain"]["context_length"], world)
+        outside.append(command - training)
+        print(f"{label:<28} {command:>9.1f} {cpu:>6.1f} {training:>10.1f} {outside[-1]:>9.1f} "
+              f"{timings['prepare_corpus_s']:>8.2f} {timings.get('launch_to_training_s', float('nan')):>20.1f}",
+              flush=True)
+    print(f"second / first outside training = {outside[1] / outside[0]:.3f}; second run outside training "
+          f"{outside[1]:.1f} s (target <= {SHORT_RUN_TARGET_S:.0f} s: "
+          f"{'met' if outside[1] <= SHORT_RUN_TARGET_S else 'NOT met'})")
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of this process's finished child processes and theirs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def startup(sizes: list[int], engine: str) -> None:
+    """The ``--startup`` measurements."""
+    print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    with tempfile.TemporaryDirectory(prefix="bench-pretrain-startup-") as tmp:
+        corpus_preparation(sizes, Path(tmp))
+        short_runs(engine, Path(tmp))
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

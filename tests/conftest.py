@@ -27,6 +27,15 @@ TINY_SCENARIO: dict[str, Any] = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def own_cache_folder(tmp_path_factory):
+    """The suite's cache of prepared corpora (`testbed.pretrain.corpus_cache`) is a temporary folder,
+    never the user's (the runs it starts, in this process or not, inherit the variable)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TESTBED_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture
 def write_scenario(tmp_path: Path):
     """Write a scenario mapping (default: the tiny one, updated by ``changes``) to a YAML file."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sysconfig
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -43,17 +44,24 @@ def stdlib_root() -> Path:
 
 def stdlib_modules(seeds: SeedTree, include_tests: bool) -> list[Path]:
     """The standard library's ``.py`` files (no site-packages) in an order drawn from the seed."""
-    files = _stdlib_files(include_tests)
+    files = stdlib_files(include_tests)
     order = seeds.numpy("corpus.order").permutation(len(files))
     return [files[i] for i in order]
 
 
 @cache
-def _stdlib_files(include_tests: bool) -> list[Path]:
+def stdlib_files(include_tests: bool) -> list[Path]:
     """The standard library's ``.py`` files in sorted order (listed once per process: validation and
-    each sweep variant's check read the corpus's first documents too)."""
-    return [path for path in sorted(stdlib_root().rglob("*.py"))
-            if "site-packages" not in path.parts and (include_tests or not TEST_FOLDERS & set(path.parts))]
+    each sweep variant's check read the corpus's first documents too). The walk skips site-packages
+    folders instead of listing and dropping them: a base interpreter's hold most of its files."""
+    return [path for path in sorted(_python_files(stdlib_root()))
+            if include_tests or not TEST_FOLDERS & set(path.parts)]
+
+
+def _python_files(root: Path) -> Iterator[Path]:
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name != "site-packages"]
+        yield from (Path(folder, name) for name in files if name.endswith(".py"))
 
 
 def stdlib_code_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:

@@ -16,7 +16,9 @@ the result. Layout of ``RUN/corpus/``::
     manifest.json                     sizes and special ids; written last, so its presence marks a complete folder
 
 Everything streams: documents pass through in batches, so the corpus never sits in memory whole.
-The folder is built under a temporary name and renamed, so an interrupted build is redone.
+The folder is built under a temporary name and renamed, so an interrupted build is redone. A
+folder once built is kept in a cache shared by runs (`testbed.pretrain.corpus_cache`), and a later
+run of the same corpus, tokenizer, packing and seed links it instead of building it again.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 
 from testbed.pretrain.config import PretrainConfig
 from testbed.pretrain.corpus import factrecall_heldout, iter_split
+from testbed.pretrain.corpus_cache import cache_entry, fetch, preparation_config, publish
 from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed_sequences
 from testbed.pretrain.sink_task import task_documents
 from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
@@ -94,15 +97,26 @@ class PackedSequences:
 
 
 def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str, np.ndarray] | None:
-    """Build ``folder`` unless it is complete already; returns the report's arrays when it builds."""
+    """Build ``folder`` unless it is complete already, from the cache of prepared corpora where it
+    holds this one (`testbed.pretrain.corpus_cache`); returns the report's arrays when it builds."""
     if (folder / "manifest.json").is_file():
         return None
+    config = preparation_config(config)  # the fields of the cache key, and only those
     partial = folder.with_name("." + folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    entry = cache_entry(config, seed)
+    if entry is None or not fetch(entry, partial):
+        partial.mkdir(parents=True)
+        _build(partial, config, seed)
+        if entry is not None:
+            publish(entry, partial)
+    return _finish(folder, partial, config)
+
+
+def _build(partial: Path, config: PretrainConfig, seed: int) -> None:
     if config.corpus.source == "bigram_backcopy":
         _write_task(partial, config, seed)
-        return _finish(folder, partial, config)
+        return
     train_texts = (text for heldout, text in iter_split(config.corpus, seed) if not heldout)
     tokenizer = train_tokenizer(itertools.islice(train_texts, config.tokenizer.train_documents),
                                 config.tokenizer.vocab_size, bos=config.corpus.bos)
@@ -114,7 +128,6 @@ def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str,
     if config.corpus.source == "factrecall":
         _write_factrecall_questions(partial / "factrecall_eval.json", config, seed)
     _write_manifest(partial, config, vocab_size, eos_id, special_id(tokenizer, PAD), bos_id, train, heldout)
-    return _finish(folder, partial, config)
 
 
 def _pack(partial: Path, config: PretrainConfig, train: TokenStore, heldout: TokenStore) -> None:
