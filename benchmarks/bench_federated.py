@@ -5,9 +5,15 @@
 2. Server aggregation time of SDEA against FedAvg at 10, 50 and 100 clients (the aggregation math
    alone, on perturbed copies of the digits CNN).
 3. With ``--scale N [N ...]``: one round of FedAvg with N clients through the testbed, reporting the
-   clients that actually trained, wall time and peak memory of the process tree.
+   clients that actually trained, wall time (start-up included) and peak memory of the process
+   tree (driver, Ray, actors); then the peak at the largest N over the peak at the smallest
+   (target <= 1.5). With ``--raw-scale N [...]`` the same round written directly against Flower's
+   `run_simulation` (``min_available_nodes = N``, or it trains only the nodes that registered
+   first) at those N, and the time per client of the testbed over raw Flower's where both ran
+   (target <= 0.7 at 10,000).
 
-    python benchmarks/bench_federated.py [--rounds 3] [--clients 10] [--scale 1000 5000 10000]
+    python benchmarks/bench_federated.py [--rounds 3] [--clients 10] [--scale 1000 10000 100000]
+        [--raw-scale 10000] [--skip-comparison] [--keep docs/performance]
 """
 
 from __future__ import annotations
@@ -68,8 +74,15 @@ def main(grid: Grid, context: Context) -> None:
     def evaluate(server_round, arrays):
         model.load_state_dict(arrays.to_torch_state_dict())
         return MetricRecord(evaluate_model(model, setup.test))
-    FedAvg(fraction_evaluate=0.0, min_available_nodes=n).start(
+    class Counting(FedAvg):
+        def aggregate_train(self, server_round, replies):
+            replies = list(replies)
+            trained.append(sum(not r.has_error() for r in replies))
+            return super().aggregate_train(server_round, replies)
+    trained = []
+    Counting(fraction_evaluate=0.0, min_available_nodes=n).start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds, evaluate_fn=evaluate)
+    print(json.dumps({"clients_trained": trained[-1]}))
 
 run_simulation(server, client, num_supernodes=n,
                backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"address": "local", "num_cpus": 2}})
@@ -122,40 +135,68 @@ def aggregation_times() -> None:
         print(f"   {n:>7} {fedavg:>10.4f} {sdea:>10.2f} {sdea / fedavg:>8.0f}")
 
 
-def scale(clients: list[int]) -> None:
-    print("3. one FedAvg round with N clients (the digits CNN) through the testbed")
+def scale_scenario(n: int) -> dict[str, Any]:
+    """One FedAvg round of ``n`` digits clients (the data replicated so each holds about a sample or two)."""
+    return {**SCENARIO, "data": {**SCENARIO["data"], "num_clients": n, "replicate": -(-n // 1000)},
+            "federated": {**SCENARIO["federated"], "rounds": 1, "round_timeout_s": 600 + 0.1 * n}}
+
+
+def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None) -> None:
+    print("3. one FedAvg round with N clients (the digits CNN), wall time with start-up, peak memory of the "
+          "process tree (driver, Ray, actors)")
+    ours: dict[int, tuple[float, float]] = {}
     for n in clients:
-        scenario = {**SCENARIO, "data": {**SCENARIO["data"], "num_clients": n, "replicate": -(-n // 1000)},
-                    "federated": {**SCENARIO["federated"], "rounds": 1}}
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "s.yaml"
-            path.write_text(yaml.safe_dump(scenario))
-            seconds, peak_mb = timed_with_peak_memory(
+            path.write_text(yaml.safe_dump(scale_scenario(n)))
+            seconds, peak_mb, _ = timed_with_peak_memory(
                 [sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", f"{tmp}/run", "--quiet"])
             record = json.loads(Path(f"{tmp}/run/metrics.jsonl").read_text().splitlines()[-1])
-        print(f"   N={n:>6}: trained {record['clients_trained']}/{record['clients_requested']} clients, "
-              f"{seconds:.0f} s ({1000 * seconds / n:.0f} ms per client, start-up included), "
-              f"peak memory of the process tree (driver, Ray, actors) {peak_mb:.0f} MB")
+            if keep is not None:  # the run's own summary, with what only the benchmark sees
+                summary = json.loads(Path(f"{tmp}/run/summary.json").read_text())
+                summary["benchmark"] = {"command_wall_s": round(seconds, 1), "peak_process_tree_mb": round(peak_mb),
+                                        "uploads_on_disk": record.get("uploads_on_disk", 0)}
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"fedavg-{n}-clients.json").write_text(json.dumps(summary, indent=1) + "\n")
+        ours[n] = seconds, peak_mb
+        print(f"   testbed    N={n:>6}: trained {record['clients_trained']}/{record['clients_requested']}, "
+              f"{seconds:.0f} s ({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB, "
+              f"uploads staged on disk {record.get('uploads_on_disk', 0)}")
+    for n in raw_clients:
+        command = [sys.executable, "-c", RAW_FLOWER, json.dumps(scale_scenario(n))]
+        seconds, peak_mb, out = timed_with_peak_memory(command)
+        trained = json.loads(out.strip().splitlines()[-1])["clients_trained"]
+        print(f"   raw Flower N={n:>6}: trained {trained}/{n}, {seconds:.0f} s "
+              f"({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB")
+        if n in ours:
+            print(f"   time per client at N={n}: testbed / raw Flower = {ours[n][0] / seconds:.2f} (target <= 0.7)")
+    if len(ours) > 1:
+        small, large = min(ours), max(ours)
+        print(f"   peak memory N={large} / N={small}: {ours[large][1] / ours[small][1]:.2f} (target <= 1.5)")
 
 
-def timed_with_peak_memory(command: list[str]) -> tuple[float, float]:
-    """Wall time of ``command`` and the peak summed RSS of its process tree, sampled every 0.5 s."""
+def timed_with_peak_memory(command: list[str]) -> tuple[float, float, str]:
+    """Wall time of ``command``, the peak summed RSS of its process tree (sampled every 0.5 s; Ray's
+    own servers are children of the driver, started in-process), and its stdout."""
     import psutil
 
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root, peak = psutil.Process(process.pid), 0
-    while process.poll() is None:
-        try:
-            tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass  # a process ended between listing and reading: the next sample counts again
-        time.sleep(0.5)
-    assert process.stderr is not None  # stderr=PIPE above
-    if process.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed: {process.stderr.read()[-2000:]}")
-    return time.perf_counter() - started, peak / 2**20
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        root, peak = psutil.Process(process.pid), 0
+        while process.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass  # a process ended between listing and reading: the next sample counts again
+            time.sleep(0.5)
+        seconds = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        if process.returncode != 0:
+            raise SystemExit(f"{' '.join(command[:3])} failed: {err.read()[-2000:]}")
+        return seconds, peak / 2**20, out.read()
 
 
 def main() -> None:
@@ -163,11 +204,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--scale", type=int, nargs="*", default=[])
+    parser.add_argument("--raw-scale", type=int, nargs="*", default=[])
+    parser.add_argument("--skip-comparison", action="store_true", help="only section 3")
+    parser.add_argument("--keep", type=Path, help="section 3: keep each testbed run's summary.json here")
     args = parser.parse_args()
-    testbed_vs_flower(args.rounds, args.clients)
-    aggregation_times()
-    if args.scale:
-        scale(args.scale)
+    if not args.skip_comparison:
+        testbed_vs_flower(args.rounds, args.clients)
+        aggregation_times()
+    if args.scale or args.raw_scale:
+        scale(args.scale, args.raw_scale, args.keep)
 
 
 if __name__ == "__main__":

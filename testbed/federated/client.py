@@ -30,10 +30,17 @@ from testbed.strategies import poison_labels
 PARTITION_KEY = "partition-id"  # the reply metric the server orders replies by
 
 
+@lru_cache(maxsize=4)
+def setup_of(scenario_json: str) -> FederationSetup:
+    """The federation's setup from the scenario text the client app carries: validated once per
+    process, not once per message (at 10^5 clients a round is 10^5 messages)."""
+    return federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+
+
 @lru_cache(maxsize=256)
 def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
     """A client's data, with its labels flipped once and for all if it is a data-poisoning attacker."""
-    setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+    setup = setup_of(scenario_json)
     data = setup.client_data(partition_id)
     assert setup.scenario.federated is not None  # a federated scenario
     attack = setup.scenario.federated.attack
@@ -49,7 +56,7 @@ def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
 def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
     """Handle one training message: local epochs from the received global model."""
     partition_id = int(context.node_config[PARTITION_KEY])
-    setup = federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+    setup = setup_of(scenario_json)
     server_round = int(msg.content["config"]["server-round"])  # type: ignore[arg-type]  # flwr: values of any record
     inject_fault(setup, partition_id, server_round)
     data = poisoned_client_data(scenario_json, partition_id)

@@ -53,6 +53,15 @@ def plot_label_histograms(path: Path, histograms: np.ndarray, byzantine: set[int
     return figure_image(fig, path, "label histogram per client")
 
 
+def aggregation_cost(strategy: str) -> str:
+    """How the strategy's aggregation grows with the clients (`StrategyEntry.cost`): a rule that is
+    quadratic in n (Krum, Bulyan) says so beside its measured time."""
+    from testbed.federated.strategies import registered_strategies
+
+    entry = registered_strategies().get(strategy)
+    return entry.cost if entry is not None else "unknown strategy"
+
+
 class RobustnessSection(ReportSection):
     """Final accuracy, weight given to Byzantine clients, detection quality and aggregation time."""
 
@@ -73,6 +82,7 @@ class RobustnessSection(ReportSection):
                 *([("attack success rate, triggered inputs (final round)", rounds[-1]["attack_success_rate"])]
                   if "attack_success_rate" in rounds[-1] else []),
                 ("clients trained per round (min)", min(r["clients_trained"] for r in rounds)),
+                ("server aggregation cost, n uploads of d parameters", aggregation_cost(strategy)),
                 ("client failures (all rounds)", sum(r.get("clients_failed", 0) for r in rounds))]
         for key, label in (("malicious_weight", "weight on Byzantine clients"),
                            ("detection_precision", "detection precision"),
@@ -102,6 +112,7 @@ def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int],
     """From clients.jsonl's lines: partition ids, round numbers, the ``weight`` (and SDEA's ``learned``)
     matrices client x round (NaN: the client did not reply), and which cells the rule flagged."""
     ids = sorted({int(c) for line in rounds for c in line["clients"]})
+    rows = {client: row for row, client in enumerate(ids)}
     numbers = [int(line["round"]) for line in rounds]
     learned = any("learned" in entry for line in rounds for entry in line["clients"].values())
     keys = ["weight", "learned"] if learned else ["weight"]
@@ -109,7 +120,7 @@ def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int],
     flagged = np.zeros((len(ids), len(rounds)), dtype=bool)
     for col, line in enumerate(rounds):
         for client, entry in line["clients"].items():
-            row = ids.index(int(client))
+            row = rows[int(client)]
             for key in keys:
                 matrices[key][row, col] = entry.get(key, np.nan)
             flagged[row, col] = bool(entry.get("flagged"))
@@ -117,6 +128,23 @@ def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int],
 
 
 TITLES = {"weight": "aggregation weight", "learned": "SDEA learned weight (softmax, before filtering)"}
+MAX_HEATMAP_ROWS = 48  # one row per client is readable up to about this many
+
+
+def heatmap_rows(ids: list[int], weights: np.ndarray, byzantine: set[int]) -> list[int]:
+    """The rows of the client-weight heatmap: every client up to `MAX_HEATMAP_ROWS`; beyond, the
+    Byzantine clients, then the honest ones with the lowest mean weight (those a rule dropped), in
+    partition order."""
+    if len(ids) <= MAX_HEATMAP_ROWS:
+        return list(range(len(ids)))
+    attackers = [row for row, client in enumerate(ids) if client in byzantine][:MAX_HEATMAP_ROWS]
+    honest = [row for row, client in enumerate(ids) if client not in byzantine]
+    seen = weights[honest]
+    answered = (~np.isnan(seen)).sum(axis=1)
+    # a client absent from every round (no weight at all) sorts last
+    means = np.where(answered > 0, np.nansum(seen, axis=1) / np.maximum(answered, 1), np.inf)
+    lowest = [honest[i] for i in np.argsort(means, kind="stable")[:MAX_HEATMAP_ROWS - len(attackers)]]
+    return sorted(attackers + lowest)
 
 
 def plot_client_weights(path: Path, ids: list[int], numbers: list[int], matrices: dict[str, np.ndarray],
@@ -171,9 +199,13 @@ class ClientWeightsSection(ReportSection):
             return ""  # no rule with per-client weights, or a run from before the record
         ids, numbers, matrices, flagged = client_matrices(rounds)
         byzantine = {int(c) for line in rounds for c, e in line["clients"].items() if e["byzantine"]}
+        shown = heatmap_rows(ids, matrices["weight"], byzantine)
+        note = (f" Of the {len(ids)} clients the heatmap shows {len(shown)}: the Byzantine ones, then the honest "
+                "ones with the lowest mean weight." if len(shown) < len(ids) else "")
         parts = [f"<p>Byzantine clients (red, *): {', '.join(map(str, sorted(byzantine))) or 'none'}. "
-                 "A red box marks a client the rule flagged that round. Per-client record: clients.jsonl.</p>",
-                 plot_client_weights(out_dir / "client-weights.png", ids, numbers, matrices, flagged, byzantine)]
+                 f"A red box marks a client the rule flagged that round.{note} Per-client record: clients.jsonl.</p>",
+                 plot_client_weights(out_dir / "client-weights.png", [ids[r] for r in shown], numbers,
+                                     {k: m[shown] for k, m in matrices.items()}, flagged[shown], byzantine)]
         auroc = numeric_series([r for r in data.metrics if "round" in r]).get("attacker_auroc")
         if auroc:
             scored_by = "learned weight" if "learned" in matrices else "weight"

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg, Krum, Strategy
+from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Krum, Strategy
 
 from testbed.determinism import single_threaded
 from testbed.errors import ResumableFailure
@@ -36,6 +39,7 @@ from testbed.federated.optimizer_state import optimizer_checkpoint, restore_opti
 from testbed.federated.privacy import last_round, privacy_metrics
 from testbed.federated.sampling import QUERY_PARTITION, SampledGrid, sample_clients
 from testbed.federated.setup import FederationSetup
+from testbed.federated.staging import StagedUploads
 from testbed.runner import RunContext
 from testbed.strategies import poison_updates
 from testbed.strategies.base import RobustFedAvg
@@ -47,6 +51,13 @@ from testbed.workloads.registry import workload_class
 # Attacks whose output is a whole model rather than an update.
 FULL_MODEL_ATTACKS = frozenset({"random_noise", "add_noise"})
 PULL_INTERVAL_S = 0.1  # how often a round polls for replies (Flower's InMemoryGrid default)
+# Instructions in Flower's state at once: each poll costs Flower O(in flight), so a round of 10^5
+# clients is pushed in windows rather than at once (the replies are the same).
+IN_FLIGHT = 1024
+# Strategies whose aggregate is FedAvg's weighted mean (then a server optimizer, for some): their
+# rounds stream the uploads to `StagedUploads` instead of holding every reply (exact types: a
+# subclass or a DP wrapper may aggregate otherwise).
+STREAMED_STRATEGIES = (FedAvg, FedProx, FedAvgM, FedAdagrad, FedAdam, FedYogi)
 
 
 class RoundInterrupted(Exception):
@@ -55,6 +66,40 @@ class RoundInterrupted(Exception):
 
 def partition_id(reply: Message) -> int:
     return int(reply.content["metrics"][PARTITION_KEY])  # type: ignore[arg-type]  # flwr: values of any record
+
+
+def reply_metric(reply: Message, key: str) -> float:
+    return float(reply.content["metrics"][key])  # type: ignore[arg-type]  # flwr: values of any record
+
+
+@dataclass
+class RoundReplies:
+    """What a round kept of its successful replies, in partition-id order after `sort`: their
+    partition ids, example counts and losses, and the replies themselves unless the uploads were
+    staged (`StagedUploads`); the error reasons of the failed ones."""
+
+    replies: list[Message] | None
+    ids: list[int] = field(default_factory=list)
+    examples: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    first: Message | None = None  # a reply, to address the strategy's one-reply mean to
+
+    def add(self, reply: Message) -> None:
+        self.first = self.first or reply
+        self.ids.append(partition_id(reply))
+        self.examples.append(reply_metric(reply, "num-examples"))
+        self.losses.append(reply_metric(reply, "train_loss"))
+        if self.replies is not None:
+            self.replies.append(reply)
+
+    def sort(self) -> None:
+        order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
+        self.ids = [self.ids[i] for i in order]
+        self.examples = [self.examples[i] for i in order]
+        self.losses = [self.losses[i] for i in order]
+        if self.replies is not None:
+            self.replies = [self.replies[i] for i in order]
 
 
 class RoundLoop:
@@ -68,6 +113,7 @@ class RoundLoop:
         self.clients_line: dict[str, Any] | None = None  # the round's per-client record (`clients_record`)
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
         self.nodes: dict[int, int] = {}  # partition id -> Flower node id, learned when clients are sampled
+        self.streaming = streams_uploads(strategy, setup)
         assert setup.scenario.workload is not None  # check_federated requires a federated workload
         workload = workload_class(setup.scenario.workload.name)
         assert issubclass(workload, FederatedWorkload)
@@ -112,45 +158,67 @@ class RoundLoop:
                 advance(1)
 
     def one_round(self, grid: Grid, server_round: int) -> dict[str, Any]:
-        assert self.setup.scenario.federated is not None  # a federated scenario
+        federated = self.setup.scenario.federated
+        assert federated is not None  # a federated scenario
         started = time.perf_counter()
-        arrays = ArrayRecord(self.state)
-        sampling = self.setup.scenario.federated.sampling
-        sample = sample_clients(sampling, self.setup.num_clients, self.setup.seeds, server_round)
-        round_grid = grid if sampling is None else SampledGrid(grid, [self.nodes[p] for p in sample])
-        messages = self.strategy.configure_train(server_round, arrays, ConfigRecord(), round_grid)
-        replies = self._send_and_receive(grid, messages, self.setup.scenario.federated.round_timeout_s)
-        valid = sorted((r for r in replies if not r.has_error()), key=partition_id)
-        self._require_every_client(server_round, replies, len(valid), len(sample))
-        train_s = time.perf_counter() - started
+        sample = sample_clients(federated.sampling, self.setup.num_clients, self.setup.seeds, server_round)
+        round_grid = grid if federated.sampling is None else SampledGrid(grid, [self.nodes[p] for p in sample])
+        messages = self.strategy.configure_train(server_round, ArrayRecord(self.state), ConfigRecord(), round_grid)
+        with StagedUploads(self.ctx.run.path) if self.streaming else nullcontext() as staged:
+            received = self._receive(grid, messages, federated.round_timeout_s, staged)
+            self._require_every_client(server_round, received, len(sample))
+            train_s = time.perf_counter() - started
+            with single_threaded():
+                attack_skipped = received.replies is not None and self._inject_attack(server_round, received.replies,
+                                                                                       sample)
+                aggregate_started = time.perf_counter()
+                new_arrays = self._aggregate(server_round, received, staged)
+                aggregation_s = time.perf_counter() - aggregate_started
+                spilled = staged.spilled if staged is not None else 0
         with single_threaded():
-            attack_skipped = self._inject_attack(server_round, valid, sample)
-            aggregate_started = time.perf_counter()
-            new_arrays, _ = self.strategy.aggregate_train(server_round, valid)
-            aggregation_s = time.perf_counter() - aggregate_started
             if new_arrays is not None:
                 self.state = new_arrays.to_torch_state_dict()
             model = self.setup.build_model()
             model.load_state_dict(self.state)
             metrics = (self.workload.evaluate_model(model, self.setup.test)
                        | backdoor_metrics(self.setup, self.workload, model)  # attack success rate
-                       | privacy_metrics(self.setup.scenario.federated, self.setup.num_clients, server_round))
-        ids = [partition_id(r) for r in valid]
-        # flwr types a record's values as those of any record
-        benign_losses = [float(r.content["metrics"]["train_loss"]) for r in valid  # type: ignore[arg-type]
-                         if partition_id(r) not in self.setup.malicious]
+                       | privacy_metrics(federated, self.setup.num_clients, server_round))
+        benign_losses = [loss for pid, loss in zip(received.ids, received.losses) if pid not in self.setup.malicious]
         return {
             "round": server_round, **metrics,
             "train_loss": sum(benign_losses) / len(benign_losses) if benign_losses else float("nan"),
-            "clients_requested": len(sample), "clients_trained": len(valid),
-            "clients_failed": len(replies) - len(valid) + (len(sample) - len(replies)),
-            **({} if sampling is None else {"clients_sampled": sample}),
+            "clients_requested": len(sample), "clients_trained": len(received.ids),
+            "clients_failed": len(sample) - len(received.ids),
+            **({} if federated.sampling is None else {"clients_sampled": sample}),
             **({"attack_skipped": 1} if attack_skipped else {}),
+            **({"uploads_on_disk": spilled} if spilled else {}),
             "train_s": round(train_s, 4), "aggregation_s": round(aggregation_s, 6),
-            **self._weights_record(ids, valid, new_arrays),
+            **self._weights_record(received, new_arrays),
         }
 
-    def _require_every_client(self, server_round: int, replies: list[Message], answered: int, sampled: int) -> None:
+    def _receive(self, grid: Grid, messages: Iterable[Message], timeout: float,
+                 staged: StagedUploads | None) -> RoundReplies:
+        """The round's replies: kept whole, or (``staged``) their uploads staged and their metrics kept."""
+        received = RoundReplies(replies=None if staged is not None else [])
+        for reply in self._send_and_receive(grid, messages, timeout):
+            if reply.has_error():
+                received.errors.append((reply.error.reason or "").strip())
+                continue
+            received.add(reply)
+            if staged is not None:
+                staged.add(partition_id(reply), reply.content["arrays"])  # type: ignore[arg-type]  # flwr: any record
+        received.sort()
+        return received
+
+    def _aggregate(self, server_round: int, received: RoundReplies, staged: StagedUploads | None) -> ArrayRecord | None:
+        """The strategy's aggregate of the round, from its replies or its staged uploads."""
+        if staged is not None:
+            return aggregate_staged(self.strategy, server_round, received, staged)
+        assert received.replies is not None  # kept whole when not staged
+        new_arrays, _ = self.strategy.aggregate_train(server_round, received.replies)
+        return new_arrays
+
+    def _require_every_client(self, server_round: int, received: RoundReplies, sampled: int) -> None:
         """Stop, keeping the last checkpoint, when sampled clients failed that the scenario did not make fail.
 
         A client lost to the infrastructure (a node that died, an actor Flower keeps re-using)
@@ -158,16 +226,19 @@ class RoundLoop:
         numbers no other engine gives. Injected faults (``federated.faults``) are the experiment
         itself: those rounds go on with the clients that answered.
         """
-        lost = sampled - answered
+        lost = sampled - len(received.ids)
         federated = self.setup.scenario.federated
         assert federated is not None  # a federated scenario
         if lost and federated.faults is None:
-            reasons = [(r.error.reason or "").strip() for r in replies if r.has_error()]
-            why = f" ({reasons[0].splitlines()[-1][:160]})" if reasons and reasons[0] else ""
+            reasons = [reason for reason in received.errors if reason]
+            why = f" ({reasons[0].splitlines()[-1][:160]})" if reasons else ""
+            failed, silent = len(received.errors), lost - len(received.errors)
+            what = "; ".join(([f"{failed} of {sampled} clients failed{why}"] if failed else []) + (
+                [f"{silent} of {sampled} clients did not reply within federated.round_timeout_s "
+                 f"({federated.round_timeout_s:g} s)"] if silent else []))
             raise ResumableFailure(
-                f"{self.ctx.run.path}: round {server_round}: {lost} of {sampled} clients failed{why}; "
-                f"the run stopped at its last checkpoint: 'testbed resume {self.ctx.run.path}' redoes the round "
-                "on the nodes that are alive")
+                f"{self.ctx.run.path}: round {server_round}: {what}; the run stopped at its last checkpoint: "
+                f"'testbed resume {self.ctx.run.path}' redoes the round on the nodes that are alive")
 
     def _partition_nodes(self, grid: Grid) -> dict[int, int]:
         """Which Flower node hosts each partition: asked once per run (node ids are random per run), so
@@ -179,7 +250,7 @@ class RoundLoop:
             if self.stop.wait(PULL_INTERVAL_S):
                 raise RoundInterrupted
         queries = [Message(RecordDict(), dst_node_id=node, message_type=MessageType.QUERY) for node in node_ids]
-        replies = self._send_and_receive(grid, queries, federated.round_timeout_s)
+        replies = list(self._send_and_receive(grid, queries, federated.round_timeout_s))
         # flwr types a record's values as those of any record
         nodes = {int(r.content["metrics"][QUERY_PARTITION]): r.metadata.src_node_id  # type: ignore[arg-type]
                  for r in replies if not r.has_error()}
@@ -188,23 +259,26 @@ class RoundLoop:
                                    f"they hold; 'testbed resume {self.ctx.run.path}' asks again")
         return nodes
 
-    def _send_and_receive(self, grid: Grid, messages: Iterable[Message], timeout: float) -> list[Message]:
-        """`Grid.send_and_receive` (push, then pull replies until all came or ``timeout``), leaving
-        with `RoundInterrupted` as soon as `stop` is set."""
+    def _send_and_receive(self, grid: Grid, messages: Iterable[Message], timeout: float) -> Iterator[Message]:
+        """`Grid.send_and_receive`, yielding each reply as it is pulled: push up to `IN_FLIGHT`
+        messages, then one more for each reply, until all replied or ``timeout``; leaves with
+        `RoundInterrupted` as soon as `stop` is set."""
         if self.stop.is_set():
             raise RoundInterrupted
-        pending = set(grid.push_messages(messages))
-        replies: list[Message] = []
+        waiting = iter(messages)
+        pending: set[str] = set()
         deadline = time.time() + timeout
-        while pending and time.time() < deadline:
+        while True:
+            pending |= set(grid.push_messages(islice(waiting, IN_FLIGHT - len(pending))))
+            if not pending or time.time() >= deadline:
+                return
             pulled = list(grid.pull_messages(pending))
-            replies += pulled
             pending -= {reply.metadata.reply_to_message_id for reply in pulled}
-            if pending:
+            yield from pulled
+            if pending:  # a pull costs Flower O(in flight): pulled at its own pace, replies come in batches
                 self.stop.wait(PULL_INTERVAL_S)
             if self.stop.is_set():
                 raise RoundInterrupted
-        return replies
 
     def _inject_attack(self, server_round: int, replies: list[Message], sample: Sequence[int] | None = None) -> bool:
         """Write the Byzantine replies of a model attack; True when the round's sample (default: every
@@ -256,10 +330,11 @@ class RoundLoop:
         return poison_states(name, states, global_vector, mask, parameter_mask(self.state, names), generator,
                              **params)
 
-    def _weights_record(self, ids: list[int], replies: list[Message], new_arrays: ArrayRecord | None) -> dict[str, Any]:
+    def _weights_record(self, received: RoundReplies, new_arrays: ArrayRecord | None) -> dict[str, Any]:
         """Weight the rule gave to Byzantine clients, detection quality for rules that flag, and how it
         treated each client (``attacker_auroc``, ``honest_zeroed``; the line `run` appends to clients.jsonl)."""
-        weights, flagged = client_weights(self.strategy, ids, replies, new_arrays)
+        ids = received.ids
+        weights, flagged = client_weights(self.strategy, ids, received.replies, new_arrays, received.examples)
         if weights is None:
             self.clients_line = None
             return {}
@@ -275,15 +350,17 @@ class RoundLoop:
         return record | round_metrics(self.clients_line)
 
 
-def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
-                   new_arrays: ArrayRecord | None) -> tuple[list[float] | None, list[bool] | None]:
-    """Per-client aggregation weights (and flags) where the rule defines them, in ``ids`` order."""
+def client_weights(strategy: Strategy, ids: list[int], replies: list[Message] | None, new_arrays: ArrayRecord | None,
+                   examples: list[float] | None = None) -> tuple[list[float] | None, list[bool] | None]:
+    """Per-client aggregation weights (and flags) where the rule defines them, in ``ids`` order;
+    ``replies`` in that order too (None when the round staged its uploads), or for FedAvg the
+    clients' ``examples``."""
     if isinstance(strategy, RobustFedAvg) and strategy.history:
         last = strategy.history[-1]
         by_id = dict(zip(last["client_ids"], zip(last["weights"], last["flagged"])))
         flagged = [by_id[i][1] for i in ids] if strategy.flags_clients else None
         return [by_id[i][0] for i in ids], flagged
-    if isinstance(strategy, Krum) and new_arrays is not None:  # Krum returns one client's model
+    if isinstance(strategy, Krum) and new_arrays is not None and replies is not None:  # one client's model
         chosen = flatten_state(new_arrays.to_torch_state_dict())
         # flwr types a RecordDict's items as any record
         matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen)  # type: ignore[union-attr]
@@ -293,7 +370,35 @@ def client_weights(strategy: Strategy, ids: list[int], replies: list[Message],
         weights = [float(m) / max(sum(matches), 1) for m in matches]
         return weights, [not m for m in matches]
     if type(strategy) is FedAvg:
-        # flwr types a record's values as those of any record
-        examples = [float(r.content["metrics"]["num-examples"]) for r in replies]  # type: ignore[arg-type]
-        return [e / sum(examples) for e in examples], None
+        if replies is not None:
+            examples = [reply_metric(r, "num-examples") for r in replies]
+        assert examples is not None  # given when the replies are not
+        total = sum(examples)
+        return [e / total for e in examples], None
     return None, None
+
+
+def aggregate_staged(strategy: Strategy, server_round: int, received: RoundReplies,
+                     staged: StagedUploads) -> ArrayRecord | None:
+    """A streamed round's aggregate: the staged uploads' weighted mean (Flower's FedAvg arithmetic in
+    partition order), handed to the strategy as the one reply whose mean it takes (times 1.0,
+    exactly), so that its server optimizer (FedAvgM, FedAdam, ...) runs as on the whole replies."""
+    if not received.ids:
+        return None
+    assert isinstance(strategy, FedAvg) and received.first is not None  # streamed strategies are FedAvg's kind
+    mean = staged.weighted_mean(received.ids, received.examples)
+    metrics = MetricRecord({strategy.weighted_by_key: sum(received.examples)})
+    content = RecordDict({strategy.arrayrecord_key: mean, "metrics": metrics})
+    new_arrays, _ = strategy.aggregate_train(server_round, [Message(content, reply_to=received.first)])
+    return new_arrays
+
+
+def streams_uploads(strategy: Strategy, setup: FederationSetup) -> bool:
+    """Whether a round's uploads can be staged rather than kept as replies: the strategy takes
+    FedAvg's weighted mean, and no model attack rewrites replies (the omniscient adversary reads
+    every benign upload of the round)."""
+    federated = setup.scenario.federated
+    assert federated is not None  # a federated scenario
+    attack = federated.attack
+    model_attack = attack is not None and registered_attacks()[attack.name].kind == "model"
+    return type(strategy) in STREAMED_STRATEGIES and not model_attack

@@ -60,6 +60,14 @@ class StrategyEntry:
     build: Callable[[Any, FederationSetup, int], flower.Strategy]
     summary: str
     min_clients: Callable[[int], int] = lambda f: 1  # clients needed for f Byzantine
+    cost: str = "not stated"  # the server's aggregation cost in n uploads of d parameters (the report shows it)
+
+
+# What one round's aggregation costs the server, for n uploads of d parameters each.
+STREAMED = ("O(n d) time; O(d) memory plus a fixed budget, uploads staged (testbed.federated.staging) unless a "
+            "model attack or DP clipping needs every upload, then O(n d)")
+HELD = "O(n d) time, O(n d) memory (every upload held)"
+PAIRWISE = "O(n^2 d) time (Gram matrix of all uploads), O(n^2 + n d) memory"
 
 
 def per_round(setup: FederationSetup) -> int:
@@ -119,50 +127,59 @@ def _build_sdea(config: SDEAConfig, setup: FederationSetup, f: int) -> flower.St
 
 
 STRATEGIES: dict[str, StrategyEntry] = {
-    "fedavg": StrategyEntry(NoParams, lambda c, s, f: flower.FedAvg(**_common(s)), "Flower's FedAvg"),
+    "fedavg": StrategyEntry(NoParams, lambda c, s, f: flower.FedAvg(**_common(s)), "Flower's FedAvg", cost=STREAMED),
     "krum": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Krum(num_malicious_nodes=f, **_common(s)),
-                          "Flower's Krum (Blanchard et al. 2017)", lambda f: 2 * f + 3),
+                          "Flower's Krum (Blanchard et al. 2017)", lambda f: 2 * f + 3, PAIRWISE),
     "multikrum": StrategyEntry(
         MultiKrumConfig,
         lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=c.num_selected or per_round(s) - f,
                                          **_common(s)),
-        "Flower's MultiKrum", lambda f: 2 * f + 3),
+        "Flower's MultiKrum", lambda f: 2 * f + 3, PAIRWISE),
     "bulyan": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Bulyan(num_malicious_nodes=f, **_common(s)),
-                            "Flower's Bulyan (El Mhamdi et al. 2018)", lambda f: 4 * f + 3),
+                            "Flower's Bulyan (El Mhamdi et al. 2018)", lambda f: 4 * f + 3,
+                            PAIRWISE + ", then a coordinate-wise median O(n d)"),
     "fedmedian": StrategyEntry(NoParams, lambda c, s, f: flower.FedMedian(**_common(s)),
-                               "Flower's coordinate-wise median"),
+                               "Flower's coordinate-wise median",
+                               cost="O(n d) time (np.median partitions each coordinate), O(n d) memory"),
     "fedtrimmedavg": StrategyEntry(TrimmedAvgConfig, lambda c, s, f: flower.FedTrimmedAvg(beta=c.beta, **_common(s)),
-                                   "Flower's trimmed mean"),
+                                   "Flower's trimmed mean",
+                                   cost="O(n d) time (np.partition per coordinate), O(n d) memory"),
     "dnc": StrategyEntry(
         DnCConfig,
         lambda c, s, f: robust.DnC(num_malicious_nodes=f, filter_frac=c.filter_frac, num_iters=c.num_iters,
                                    sub_dim=c.sub_dim, seed=s.seeds.integer("dnc"), **_common(s)),
-        "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)", lambda f: f + 1),
+        "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)", lambda f: f + 1,
+        "O(num_iters n sub_dim min(n, sub_dim)) time (an SVD of n x sub_dim per iteration), O(n d) memory"),
     "rfa": StrategyEntry(RFAConfig, lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol, **_common(s)),
-                         "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)"),
+                         "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)",
+                         cost="O(max_iter n d) time (Weiszfeld iterations), O(n d) memory"),
     "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust,
-                             "FLTrust: trust scores from a server root set (Cao et al. 2021)"),
-    "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"),
+                             "FLTrust: trust scores from a server root set (Cao et al. 2021)",
+                             cost=HELD + ", plus the server's training on its root set"),
+    "sdea": StrategyEntry(SDEAConfig, _build_sdea, "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)",
+                          cost="O(epochs (n d + n forward passes over the public set)) time, O(n d) memory"),
     "fedavgm": StrategyEntry(
         FedAvgMConfig,
         lambda c, s, f: flower.FedAvgM(server_learning_rate=c.server_learning_rate,
                                        server_momentum=c.server_momentum, **_common(s)),
-        "Flower's FedAvgM: FedAvg with server momentum (Hsu et al. 2019)"),
+        "Flower's FedAvgM: FedAvg with server momentum (Hsu et al. 2019)", cost=STREAMED),
     "fedprox": StrategyEntry(FedProxConfig, _build_fedprox,
-                             "Flower's FedProx: FedAvg, clients add a proximal term (Li et al. 2020)"),
+                             "Flower's FedProx: FedAvg, clients add a proximal term (Li et al. 2020)",
+                             cost=STREAMED),
     "fedadagrad": StrategyEntry(
         FedAdagradConfig, lambda c, s, f: flower.FedAdagrad(eta=c.eta, tau=c.tau, **_common(s)),
-        "Flower's FedAdagrad: adaptive server optimizer (Reddi et al. 2021)"),
+        "Flower's FedAdagrad: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "fedadam": StrategyEntry(
         FedAdamConfig,
         lambda c, s, f: flower.FedAdam(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
-        "Flower's FedAdam: adaptive server optimizer (Reddi et al. 2021)"),
+        "Flower's FedAdam: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "fedyogi": StrategyEntry(
         FedYogiConfig,
         lambda c, s, f: flower.FedYogi(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
-        "Flower's FedYogi: adaptive server optimizer (Reddi et al. 2021)"),
+        "Flower's FedYogi: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "qfedavg": StrategyEntry(QFedAvgConfig, _build_qfedavg,
-                             "Flower's q-FedAvg: fair aggregation weighing high-loss clients up (Li et al. 2020)"),
+                             "Flower's q-FedAvg: fair aggregation weighing high-loss clients up (Li et al. 2020)",
+                             cost=HELD),
 }
 
 

@@ -3,6 +3,8 @@ root set."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from testbed.data.datasets import Dataset
@@ -26,7 +28,22 @@ def train_model(setup: FederationSetup, global_state: dict[str, torch.Tensor], d
     workload = workload_class(setup.scenario.workload.name)
     assert issubclass(workload, FederatedWorkload)
     config = workload.Config.model_validate(setup.scenario.workload.params)
-    model = setup.build_model()
+    model = copy.deepcopy(_initial_model(setup))
     model.load_state_dict(global_state)
     loss = workload.fit_client(model, data, config, epochs, generator, proximal_mu)
     return model, loss
+
+
+_initial_models: dict[int, tuple[FederationSetup, torch.nn.Module]] = {}
+
+
+def _initial_model(setup: FederationSetup) -> torch.nn.Module:
+    """The round-0 model of ``setup``, built once per process: a client copies it (0.3 ms) rather
+    than building and seeding a new one (2.5 ms, most of a small client's training) for each of
+    its messages. A copy of the pristine model carries nothing from one client to the next."""
+    key = id(setup)
+    if key not in _initial_models or _initial_models[key][0] is not setup:
+        if len(_initial_models) >= 4:  # as many as `federation_setup` caches
+            _initial_models.pop(next(iter(_initial_models)))
+        _initial_models[key] = (setup, setup.build_model())
+    return _initial_models[key][1]

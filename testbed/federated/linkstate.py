@@ -1,0 +1,136 @@
+"""Flower's in-memory SuperLink state, indexed by destination node, so a simulation scales past 10^4 clients.
+
+Flower 1.42's simulation engine moves every instruction through `InMemoryLinkState`: one thread
+(`vce_api.add_messages_to_queue`) walks *every* registered node every 0.1 s and asks the state
+for that node's next message, and `InMemoryLinkState.get_message_ins` answers by scanning *every*
+stored message. With N nodes and N messages in flight a sweep costs N^2 checks: measured before
+this module, one FedAvg round of 10,000 digits clients took 377 s in raw Flower (36 ms a client),
+and 100,000 clients would take hours before the first reply.
+
+`NodeIndexedLinkState` keeps, beside Flower's own stores, a queue of undelivered message ids per
+destination node, filled by `store_message_ins` and consumed by `get_message_ins`; a message
+deleted or expired meanwhile is skipped when its turn comes, as Flower's own scan would skip it.
+`add_pending_messages_to_queue` is Flower's extractor loop walking only the nodes that have
+undelivered messages (one per node per sweep, as Flower's does). Messages, replies, TTLs and
+errors are Flower's own; only the lookups change, so every reply and every number is the same
+(tests/federated/test_federation_scale.py runs a federation with and without them).
+
+`indexed_simulation()` installs both while a run's `run_simulation` starts. Why patch instead of
+writing a simulation engine: everything else of Flower's engine (the Ray backend and its actor
+pool, contexts, the ServerApp's grid) stays in use unchanged, and the two functions are small and
+pinned (flwr>=1.42,<1.43 in pyproject.toml; `check_flower_internals` fails loudly if a Flower
+release moves them).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from queue import Queue
+from typing import Any
+
+from flwr.app import Message
+from flwr.server.superlink.fleet.vce import vce_api
+from flwr.server.superlink.linkstate import linkstate_factory
+from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+from flwr.supercore.date import now
+
+# How often the extractor looks for new messages: Flower's own interval.
+SWEEP_INTERVAL_S = 0.1
+
+
+class NodeIndexedLinkState(InMemoryLinkState):
+    """`InMemoryLinkState` whose per-node message lookup is O(1) instead of a scan of every message."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # node id -> ids of its stored, not yet delivered instructions, in the order they were stored
+        self._undelivered: dict[int, deque[str]] = {}
+
+    def store_message_ins(self, message: Message) -> str | None:
+        with self.lock:
+            message_id = super().store_message_ins(message)
+            if message_id is not None:
+                self._undelivered.setdefault(message.metadata.dst_node_id, deque()).append(message_id)
+            return message_id
+
+    def pending_nodes(self) -> list[int]:
+        """The nodes that have undelivered instructions, in the order their first one was stored."""
+        with self.lock:
+            return list(self._undelivered)
+
+    def get_message_ins(self, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Message]:
+        if limit is not None and limit < 1:
+            raise AssertionError("`limit` must be >= 1")  # Flower's own check, same message
+        found: list[Message] = []
+        with self.lock:
+            queue = self._undelivered.get(node_id)
+            skipped: list[str] = []  # another run's messages stay queued, in their order
+            while queue and (limit is None or len(found) < limit):
+                message_id = queue.popleft()
+                self._check_stored_messages({message_id})  # drops it if expired, as Flower's scan does
+                message = self.message_ins_store.get(message_id)
+                if message is None or message.metadata.delivered_at != "":
+                    continue
+                if run_id is not None and message.metadata.run_id != run_id:
+                    skipped.append(message_id)
+                    continue
+                found.append(message)
+            if queue is not None:
+                queue.extendleft(reversed(skipped))
+                if not queue:
+                    del self._undelivered[node_id]
+            delivered_at = now().isoformat()
+            for message in found:
+                message.metadata.delivered_at = delivered_at
+        return found
+
+
+def add_pending_messages_to_queue(state: Any, queue: Queue[Message], nodes_mapping: dict[int, int],
+                                  f_stop: threading.Event) -> None:
+    """Flower's `vce_api.add_messages_to_queue`, walking only the nodes with undelivered messages."""
+    if not isinstance(state, NodeIndexedLinkState):  # another state: Flower's own loop
+        _FLOWER_EXTRACTOR(state, queue, nodes_mapping, f_stop)
+        return
+    while not f_stop.is_set():
+        for node_id in state.pending_nodes():
+            if node_id in nodes_mapping:
+                for message in state.get_message_ins(node_id=node_id, limit=1):
+                    queue.put(message)
+        f_stop.wait(SWEEP_INTERVAL_S)
+
+
+_FLOWER_EXTRACTOR = vce_api.add_messages_to_queue
+_INSTALL_LOCK = threading.Lock()
+
+
+def check_flower_internals() -> None:
+    """Fail loudly if this Flower no longer has the two functions this module replaces, as they were."""
+    expected = ["state", "queue", "nodes_mapping", "f_stop"]
+    if list(inspect.signature(_FLOWER_EXTRACTOR).parameters) != expected:
+        raise RuntimeError("flwr's vce_api.add_messages_to_queue changed; testbed.federated.linkstate needs updating")
+    if linkstate_factory.InMemoryLinkState is not InMemoryLinkState and \
+            linkstate_factory.InMemoryLinkState is not NodeIndexedLinkState:
+        raise RuntimeError("flwr's LinkStateFactory no longer builds InMemoryLinkState")
+    parameters = list(inspect.signature(InMemoryLinkState.get_message_ins).parameters)
+    if parameters != ["self", "node_id", "limit", "run_id"]:
+        raise RuntimeError("flwr's InMemoryLinkState.get_message_ins changed; "
+                           "testbed.federated.linkstate needs updating")
+
+
+@contextmanager
+def indexed_simulation() -> Iterator[None]:
+    """Flower's simulation engine with the node-indexed state and extractor, for the block's duration."""
+    check_flower_internals()
+    with _INSTALL_LOCK:
+        linkstate_factory.InMemoryLinkState = NodeIndexedLinkState  # type: ignore[misc]  # swapped back below
+        vce_api.add_messages_to_queue = add_pending_messages_to_queue
+    try:
+        yield
+    finally:
+        with _INSTALL_LOCK:
+            linkstate_factory.InMemoryLinkState = InMemoryLinkState  # type: ignore[misc]
+            vce_api.add_messages_to_queue = _FLOWER_EXTRACTOR
