@@ -82,10 +82,10 @@ def max_valid_order(sigma: float, sensitivity: float = 1.0) -> float:
 
 
 GRAPH_TERM_METHODS = ("auto", "eigh", "chebyshev")
-# Measured here (2 cores): eigh at n = 10^4 took 287 CPU-s, about 3e-10 s per n^3; the
-# sparse-dense product of the series ran at about 0.3 GFLOP/s (a random row of the block per
-# nonzero of W), 3.6e-9 s per multiply-add: with the 4 n^3 and (nnz + 4 n) counts below, 50.
-_EIGH_FLOP_ADVANTAGE = 50.0
+# Measured here (2 cores, benchmarks/bench_decentralized.py, the Erdos-Renyi walk at n = 10^4):
+# eigh took 287 CPU-s for its 4 n^3 (7.2e-11 s each), the series 70.7 CPU-s for its
+# K (nnz + 4 n) n with K = 53 (5.1e-10 s each, scipy's sparse product): a ratio of 7.
+_EIGH_FLOP_ADVANTAGE = 7.0
 
 
 def random_walk_graph_term(matrix, *, sources=None, method: str = "auto", tol: float = 1e-12) -> np.ndarray:
