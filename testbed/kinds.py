@@ -22,6 +22,15 @@ RUNNERS: dict[str, str] = {
     "pretrain": "testbed.pretrain.runner:PretrainRunner",
 }
 
+# What a run of each kind imports that costs seconds: a sweep's warm server imports it once, and
+# forks every variant process from there (`testbed.engines.warm`). Each must start no thread on
+# import (the server refuses to fork then); Flower's and Ray's imports start none.
+WARM_MODULES: tuple[str, ...] = (
+    "testbed.execute", "testbed.determinism", "testbed.data.datasets", "torch._dynamo",
+    "sklearn.datasets", "sklearn.metrics", "matplotlib.backends.backend_agg",
+)
+KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation")}
+
 # The sections each report kind adds to the generic ones (summary, metric curves, scenario).
 REPORT_LAYOUTS: dict[str, str | None] = {
     "training": None,
@@ -40,6 +49,11 @@ def _resolve(target: str) -> Any:
 def runner(kind: str) -> Runner:
     """The runner of scenario kind ``kind`` (one instance per process)."""
     return _resolve(RUNNERS[kind])()
+
+
+def warm_modules(kind: str) -> tuple[str, ...]:
+    """The modules a warm server imports for variants of scenario kind ``kind``."""
+    return (*WARM_MODULES, RUNNERS[kind].partition(":")[0], *KIND_WARM_MODULES.get(kind, ()))
 
 
 def report_layout(report_kind: str) -> ReportLayout | None:

@@ -1,13 +1,18 @@
 """Sweeps: expand a ``sweep:`` block into variant scenarios and run them in parallel.
 
 Each variant is an ordinary run in ``<sweep>/variants/<slug>/`` (its scenario beside it as
-``<slug>.yaml``), executed as its own ``testbed``
-process so that a variant that crashes (or starts and stops its own Ray, as Flower does) cannot
-take the others down. On the ``local`` engine variants run side by side on this machine; on the
-``ray`` engine each variant is a Ray task placed on some node of the cluster (the run folder must
-then be on a filesystem every node sees, as on a Slurm cluster). Running or resuming a sweep again
-skips the variants that completed. The variants are placed by the engine's `map` primitive (see
-`testbed.engines.registry.placement_engine`): threads on this machine, or Ray tasks on a cluster.
+``<slug>.yaml``), executed as its own ``testbed`` process so that a variant that crashes (or
+starts and stops its own Ray, as Flower does) cannot take the others down. On the ``local`` engine
+variants run side by side on this machine; on the ``ray`` engine each variant runs on some node of
+the cluster (the run folder must then be on a filesystem every node sees, as on a Slurm cluster).
+Running or resuming a sweep again skips the variants that completed. The variants are placed by
+the engine's `map` primitive (see `testbed.engines.registry.placement_engine`): threads of this
+process, or placement hosts on the cluster's machines, each thread waiting on one variant process.
+
+A variant's process is forked from a warm server (`testbed.engines.warm`, one per machine) that
+imported torch, scikit-learn and the kind's modules once (`testbed.kinds.warm_modules`), so it
+starts in milliseconds instead of seconds; it is still a process of its own, with its exit code.
+``sweep.processes: fresh`` starts a new interpreter per variant instead.
 
 Ctrl-C on a sweep on this machine is passed on to the variant processes running (each stops as a
 run does, resumable), no further variant starts, and the sweep exits 130 once they have exited;
@@ -36,8 +41,10 @@ from typing import Any
 
 import yaml
 
+from testbed import kinds
 from testbed.engines.config import EngineSettings
 from testbed.engines.registry import placement_engine
+from testbed.engines.warm import WarmProcess, WarmServerError, warm_server
 from testbed.errors import RunInterrupted, ScenarioError, UserError
 from testbed.interrupts import interrupt_hook
 from testbed.loading import apply_override, validate_raw
@@ -51,10 +58,11 @@ MAX_SLUG = 160  # characters of a variant's folder name
 SLUG_TAIL = 40  # of a longer one, the characters kept at its end
 
 # The variant processes this process runs now, and whether the sweep was interrupted (no new ones).
-_variant_processes: set[subprocess.Popen] = set()
+_variant_processes: set[subprocess.Popen | WarmProcess] = set()
 _variants_guard = threading.Lock()
 _interrupted = threading.Event()
 VARIANT_STOP_S = 60.0  # how long an interrupted variant may take to stop before it is killed
+CLI = "testbed.cli"  # the module a variant process runs, as ``python -m testbed.cli``
 
 
 def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any]]:
@@ -150,8 +158,9 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
     for slug, variant in variants.items():
         atomic_write(variants_dir / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
         failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
-    tasks = [(str(variants_dir / slug), scenario.engine) for slug in variants]
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
+    warm = kinds.warm_modules(scenario.kind) if scenario.sweep.processes == "warm" else None
+    tasks = [(str(variants_dir / slug), scenario.engine, warm) for slug in variants]
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))
     with monitor, placement_engine(scenario.engine) as engine:
@@ -183,13 +192,19 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any], overrides: Sequence[s
 
 
 def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:
-    """A sweep's config without its claims (rewording a claim, or adding one, changes no variant)."""
-    return {k: v for k, v in raw.items() if k != "claims"}
+    """A sweep's config without what changes no variant: its claims (rewording a claim, or adding
+    one) and how its variant processes start (a sweep continues with ``sweep.processes=fresh``)."""
+    what = {k: v for k, v in raw.items() if k != "claims"}
+    if isinstance(what.get("sweep"), dict):
+        what["sweep"] = {k: v for k, v in what["sweep"].items() if k != "processes"}
+    return what
 
 
-def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
+def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str] | None = None) -> dict[str, Any]:
     """Run one variant in its own ``testbed`` process (resume it if it started before), with the
-    environment ``engine`` gives child processes on the machine that runs it."""
+    environment ``engine`` gives child processes on the machine that runs it: forked from this
+    process's warm server that imported ``warm_modules`` (`testbed.engines.warm`), or, with None,
+    a fresh interpreter."""
     run = RunFolder(folder)
     if _interrupted.is_set():
         return _failed(run, {"status": "failed", "exit_code": 130, "error": "interrupted before it started"})
@@ -202,12 +217,16 @@ def run_variant(folder: str, engine: EngineSettings) -> dict[str, Any]:
     else:
         command = ["run", f"{folder}.yaml", "--run-dir", folder]
     env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
-    done = _run_variant_process([sys.executable, "-m", "testbed.cli", *command, "--quiet"], env)
-    if done.returncode == 0 and run.completed:
+    try:
+        returncode, out, err = _run_variant_process([*command, "--quiet"], env, warm_modules)
+    except WarmServerError as exc:
+        return _failed(run, {"status": "failed", "exit_code": 1,
+                             "error": f"{exc}; --set sweep.processes=fresh starts each variant afresh"})
+    if returncode == 0 and run.completed:
         return {"status": "completed", "skipped": False, "final_metrics": run.read_summary()["final_metrics"]}
-    lines = (done.stderr or done.stdout).strip().splitlines()
-    error = lines[-1] if lines else f"killed by signal {-done.returncode}" if done.returncode < 0 else "no output"
-    return _failed(run, {"status": "failed", "exit_code": done.returncode, "error": error})
+    lines = (err or out).strip().splitlines()
+    error = lines[-1] if lines else f"killed by signal {-returncode}" if returncode < 0 else "no output"
+    return _failed(run, {"status": "failed", "exit_code": returncode, "error": error})
 
 
 def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
@@ -220,12 +239,22 @@ def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _run_variant_process(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run a variant's ``testbed`` process to its end. Interrupted (the sweep's SIGINT is passed on
-    to it), it is given `VARIANT_STOP_S` to stop as a run does before it is killed."""
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+def _run_variant_process(args: list[str], env: dict[str, str],
+                         warm_modules: Sequence[str] | None) -> tuple[int, str, str]:
+    """Run a variant's ``testbed ARGS`` process to its end: its exit code, stdout and stderr.
+    Interrupted (the sweep's SIGINT is passed on to it), it is given `VARIANT_STOP_S` to stop as
+    a run does before it is killed."""
+    process: subprocess.Popen | WarmProcess
+    if warm_modules is None:
+        process = subprocess.Popen([sys.executable, "-m", CLI, *args], env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    else:
+        process = warm_server(warm_modules, env).start(CLI, args)
+    with process:
         with _variants_guard:
             _variant_processes.add(process)
+        if _interrupted.is_set():  # Ctrl-C came while it started (a warm server's first imports take seconds)
+            process.send_signal(signal.SIGINT)
         try:
             try:
                 out, err = process.communicate()
@@ -238,4 +267,5 @@ def _run_variant_process(command: list[str], env: dict[str, str]) -> subprocess.
         finally:
             with _variants_guard:
                 _variant_processes.discard(process)
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
+    assert process.returncode is not None  # communicate() returned: it has exited
+    return process.returncode, out, err

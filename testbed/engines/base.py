@@ -63,8 +63,8 @@ class Engine(ABC):  # noqa: B024  (every primitive has a default; the ABC marks 
     @classmethod
     def for_placement(cls, settings: Any) -> Engine:
         """The engine a sweep places its variants with: by default threads on this machine, each
-        waiting on its variant's ``testbed`` process."""
-        return InProcessEngine(settings)
+        waiting on its variant's ``testbed`` process (`PlacementEngine`)."""
+        return PlacementEngine(settings)
 
     def __enter__(self) -> Engine:
         self.start()
@@ -160,3 +160,15 @@ class InProcessEngine(Engine):
         from testbed.engines.processes import single_rank_job
 
         return single_rank_job(program)
+
+
+class PlacementEngine(InProcessEngine):
+    """Places a sweep's variant processes on this machine: one thread waits on each. The warm
+    servers they are forked from (`testbed.engines.warm`) stop when it does."""
+
+    name = "placement"
+
+    def shutdown(self) -> None:
+        from testbed.engines.warm import close_warm_servers
+
+        close_warm_servers()

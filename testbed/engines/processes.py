@@ -14,7 +14,9 @@ Without CUDA the ranks get ``DS_ACCELERATOR=cpu`` (gloo, fp32).
 Stopping a launch waits until every process of its session has exited, not only the launcher
 (the deepspeed launcher's own children outlived it by seconds). The process-tree helpers at the
 end (`set_child_subreaper`, `stop_leftovers`) let an engine that started Ray make sure no Ray
-process outlives it either. They read ``/proc`` (Linux); elsewhere they do nothing.
+process outlives it either; `set_parent_death_signal` stops a warm server's children with it
+(`testbed.engines.warm_server`). They read ``/proc`` or call ``prctl`` (Linux); elsewhere they do
+nothing.
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def tail(path: Path, lines: int = 25) -> str:
 
 
 # process trees (Linux /proc) -------------------------------------------------------------------
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -203,6 +206,19 @@ def set_child_subreaper(enabled: bool) -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) == 0 and enabled
+    except (OSError, AttributeError):
+        return False
+
+
+def set_parent_death_signal(sig: int) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent exits (Linux); whether that
+    is in effect."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

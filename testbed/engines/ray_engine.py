@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from testbed.cluster.addresses import check_ray_address
-from testbed.engines.base import ActorGroup, Engine, InProcessEngine
+from testbed.engines.base import ActorGroup, Engine, InProcessEngine, PlacementEngine
 from testbed.engines.config import LocalEngineConfig, RayEngineConfig
 from testbed.engines.jobs import DistributedProgram, Job
 from testbed.errors import UserError
@@ -136,7 +136,7 @@ class LocalEngine:
 
     @staticmethod
     def for_placement(settings: LocalEngineConfig) -> Engine:
-        return InProcessEngine(settings)
+        return PlacementEngine(settings)
 
 
 class LocalRayEngine(_RayEngine):
@@ -235,10 +235,7 @@ class RayClusterEngine(_RayEngine):
 
     @classmethod
     def for_placement(cls, settings: RayEngineConfig) -> Engine:
-        # Each variant is a Ray task on some node. It reserves no CPU: the variant's own process
-        # joins the cluster and asks for the CPUs its work needs (a placement that held one could
-        # starve it on a full cluster).
-        return cls(settings, quiet=True, num_cpus_per_task=0)
+        return RayPlacementEngine(settings)
 
     def _init_args(self) -> dict[str, Any]:
         return {"address": self.settings.address}
@@ -253,6 +250,83 @@ class RayClusterEngine(_RayEngine):
 
     def launch(self, program: DistributedProgram) -> Job:
         return RayTrainJob(program)
+
+
+class RayPlacementEngine(RayClusterEngine):
+    """Places a sweep's variants on the cluster: `map` starts one placement host per machine (a Ray
+    actor, on one of its nodes) and shares the ``parallel`` calls at once among them by their CPUs;
+    each host runs its calls in threads, each waiting on its variant's process, as `PlacementEngine`
+    does on this machine. So each machine has one warm server (`testbed.engines.warm`), which forks
+    every variant placed there: a forked process shares memory only with a parent on its machine,
+    and each more server would cost the seconds of imports again. A host reserves no CPU: the
+    variant's own process joins the cluster and asks for the CPUs its work needs (a placement that
+    held one could starve it on a full cluster). The hosts are killed when `map` ends, also on
+    Ctrl-C, and their servers go with them (variants still running then get SIGINT and stop as an
+    interrupted run does); a host lost with its node is restarted elsewhere and its calls retried
+    (each variant resumes from its folder)."""
+
+    def __init__(self, settings: RayEngineConfig):
+        super().__init__(settings, quiet=True, num_cpus_per_task=0)
+
+    def map(self, fn: Callable[..., Any], arg_tuples: Sequence[tuple], *, parallel: int | None = None,
+            cpus: float | None = None) -> list[Any]:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if not arg_tuples:
+            return []
+        placement = machine_slots(ray.nodes(), min(parallel or len(arg_tuples), len(arg_tuples)))
+        remote = ray.remote(PlacementHost)
+        hosts: list[Any] = [
+            remote.options(num_cpus=0, max_concurrency=slots, max_restarts=2, max_task_retries=2,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)).remote()
+            for node, slots in placement]
+        free = [slots for _, slots in placement]
+        results: list[Any] = [None] * len(arg_tuples)
+        waiting = list(enumerate(arg_tuples))[::-1]
+        running: dict[Any, int] = {}  # call -> its host
+        try:
+            while waiting or running:
+                for host, handle in enumerate(hosts):
+                    while free[host] and waiting:
+                        running[handle.call.remote(fn, *waiting.pop())] = host
+                        free[host] -= 1
+                done, _ = ray.wait(list(running), num_returns=1)
+                free[running.pop(done[0])] += 1
+                index, result = ray.get(done[0])
+                results[index] = result
+        except ray.exceptions.RayTaskError as err:
+            raise err.as_instanceof_cause() from None
+        finally:
+            for handle in hosts:
+                ray.kill(handle)
+        return results
+
+
+def machine_slots(nodes: list[dict[str, Any]], parallel: int) -> list[tuple[str, int]]:
+    """``parallel`` slots shared among the machines of a cluster by their CPUs (largest
+    remainders), as ``(node id, slots)``: per machine, its node with the most CPUs; machines that
+    get no slot are left out. ``nodes`` as `ray.nodes` gives them."""
+    machines: dict[str, list[dict[str, Any]]] = {}
+    for node in nodes:
+        if node.get("Alive"):
+            machines.setdefault(node["NodeManagerAddress"], []).append(node)
+    cpus = {address: sum(n["Resources"].get("CPU", 0.0) for n in group) for address, group in machines.items()}
+    total = sum(cpus.values())
+    shares = {address: parallel * (cpus[address] / total if total else 1 / len(machines)) for address in machines}
+    slots = {address: int(share) for address, share in shares.items()}
+    for address in sorted(shares, key=lambda a: shares[a] - slots[a], reverse=True)[:parallel - sum(slots.values())]:
+        slots[address] += 1
+    return [(max(machines[address], key=lambda n: n["Resources"].get("CPU", 0.0))["NodeID"], count)
+            for address, count in slots.items() if count]
+
+
+class PlacementHost:
+    """A machine's placement host for `RayPlacementEngine`: runs the calls it is given, as many at
+    once as its actor's ``max_concurrency`` (threads)."""
+
+    def call(self, fn: Callable[..., Any], index: int, args: tuple) -> tuple[int, Any]:
+        return index, fn(*args)
 
 
 class RayTrainJob(Job):

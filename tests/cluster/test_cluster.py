@@ -334,15 +334,26 @@ class NodeKiller(threading.Thread):
 
 
 def test_sweep_on_the_ray_engine_places_variants_without_starving_them(emulated_cluster, write_scenario, tmp_path):
-    """Placement tasks hold no CPU, so variants that ask the full cluster for CPUs still run."""
+    """Placement holds no CPU, so variants that ask the full cluster for CPUs still run. They are
+    forked from the machine's warm server, in its placement host, which goes with the sweep."""
     from tests.conftest import TINY_SCENARIO
 
     sweep = {**TINY_SCENARIO, "engine": {"type": "ray", "address": emulated_cluster["address"]},
              "training": {"steps": 8, "eval_every": 4, "checkpoint_every": 4},
              "workload": {"name": "classifier", "arch": "mlp", "hidden": 8},
              "sweep": {"grid": {"seed": [1, 2]}, "parallel": 2}}
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(write_scenario(sweep)), "--run-dir",
-                           str(tmp_path / "sweep"), "--quiet"], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    running = _testbed("run", write_scenario(sweep), "--run-dir", tmp_path / "sweep", "--quiet")
+    warm: dict[int, psutil.Process] = {}  # the warm server, and the variants forked from it
+    while running.poll() is None:
+        warm.update({p.pid: p for p in process_tree(emulated_cluster["keeper_pid"])
+                     if "testbed.engines.warm_server" in command_line(p)})
+        time.sleep(0.1)
+    code, err = _finish(running)
+    assert code == 0, err
     variants = json.loads((tmp_path / "sweep" / "summary.json").read_text())["variants"]
     assert [v["status"] for v in variants.values()] == ["completed", "completed"]
+    assert warm
+    deadline = time.monotonic() + 15
+    while any(still_running(p) for p in warm.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p.pid for p in warm.values() if still_running(p)], "a warm server outlived the sweep"

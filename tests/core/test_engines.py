@@ -46,6 +46,23 @@ def test_engines_offer_what_their_settings_declare():
         inprocess.spmd(_square, 2)
 
 
+def _node(node_id: str, address: str, cpus: float, alive: bool = True) -> dict:
+    return {"NodeID": node_id, "NodeManagerAddress": address, "Resources": {"CPU": cpus} if cpus else {},
+            "Alive": alive}
+
+
+def test_sweep_placement_has_one_host_per_machine_with_slots_by_its_cpus():
+    from testbed.engines.ray_engine import machine_slots
+
+    # An emulated cluster: every node on one machine, one host there (on a node with CPUs) takes every slot.
+    emulated = [_node("head", "127.0.0.1", 0), _node("w1", "127.0.0.1", 1), _node("w2", "127.0.0.1", 1)]
+    assert machine_slots(emulated, 3) == [("w1", 3)]
+    two = [_node("a", "10.0.0.1", 4), _node("b", "10.0.0.2", 12), _node("gone", "10.0.0.3", 64, alive=False)]
+    assert machine_slots(two, 8) == [("a", 2), ("b", 6)]
+    assert machine_slots(two, 1) == [("b", 1)]  # a machine that gets no slot gets no host
+    assert machine_slots([_node("a", "10.0.0.1", 0), _node("b", "10.0.0.2", 0)], 2) == [("a", 1), ("b", 1)]
+
+
 def test_ray_address_check_fails_fast_for_a_silent_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
