@@ -10,7 +10,8 @@ Example (every key optional; the values shown are the defaults)::
       packing: {method: best_fit, buffer_size: null}   # best_fit | first_fit | concat | pad
       attention_mask: document                          # document (block-diagonal) | causal
       model: {layers: 2, d_model: 128, heads: 4, mlp_ratio: 4,
-              family: causal_lm, attention: softmax}   # causal_lm | masked_lm | vit; see ModelConfig
+              family: causal_lm, attention: softmax,   # causal_lm | masked_lm | vit; see ModelConfig
+              norm: pre}                               # pre | post (BERT's post-LN blocks)
       steps: 100
       batch_size: 16          # sequences per optimizer step, summed over all processes
       lr: 0.003
@@ -111,13 +112,16 @@ ATTENTION_VARIANTS = ("softmax", "softmax_1", "clipped_softmax", "gated", "clipp
 
 
 class ModelConfig(StrictModel):
-    """The transformer: pre-norm blocks, rotary positions; its family and attention variant.
+    """The transformer: pre-norm (or post-norm) blocks, rotary positions; its family and attention variant.
 
     family: causal_lm (GPT/OPT-style decoder, tied embeddings), masked_lm (BERT-style encoder,
     bidirectional attention, masked-token objective) or vit (ViT-style classifier of the
     ``data.dataset: digits`` images, patches as tokens). attention: vanilla softmax, Softmax_1
     (OutEffHop), clipped softmax or gated attention (Bondarenko et al. 2023), or OutEffHop's
-    clipped/gated combinations with Softmax_1 (`testbed.pretrain.attention`).
+    clipped/gated combinations with Softmax_1 (`testbed.pretrain.attention`). norm: ``pre``
+    (x + attention(LN(x)), a final LayerNorm before the output) or ``post``, BERT's placement
+    (LN(x + attention(x)), LN(x + FFN(x)), a LayerNorm on the embeddings and none at the end);
+    the language models only.
     """
 
     layers: int = Field(2, gt=0)
@@ -130,11 +134,16 @@ class ModelConfig(StrictModel):
     clip_zeta: float = Field(1.0, ge=1, description="clipped softmax: upper stretch zeta >= 1")
     gate_init: float = Field(0.25, gt=0, lt=1, description="gated attention: initial gate opening pi_init")
     patch_size: int = Field(2, gt=0, description="vit: side of the square image patches")
+    norm: Literal["pre", "post"] = Field(
+        "pre", description="LayerNorm placement: pre (GPT/OPT, ViT) or post (BERT: after each residual sum)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> ModelConfig:
         if self.d_model % self.heads or (self.d_model // self.heads) % 2:
             raise ValueError("d_model must be a multiple of heads, with an even head width (rotary embeddings)")
+        if self.norm == "post" and self.family == "vit":
+            raise ValueError("norm 'post' is for the language models (causal_lm, masked_lm); "
+                             "the vit family is pre-norm")
         return self
 
 

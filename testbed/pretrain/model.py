@@ -1,10 +1,11 @@
 """A small GPT-style decoder in torch, with a document mask for packed sequences (and, by config, a
 BERT-style encoder and the attention variants of OutEffHop and its baselines).
 
-Pre-norm transformer blocks (LayerNorm, multi-head self-attention, GELU MLP), rotary position
-embeddings (RoPE), and an output layer tied to the token embedding. Positions are *not* reset at
-document boundaries, as in Ding et al. (ICML 2024, section 4): RoPE is relative, so a document
-attending only to itself computes the same wherever it sits in the sequence.
+Pre-norm transformer blocks (LayerNorm, multi-head self-attention, GELU MLP; or BERT's post-norm
+blocks, ``model.norm: post``), rotary position embeddings (RoPE), and an output layer tied to the
+token embedding. Positions are *not* reset at document boundaries, as in Ding et al. (ICML 2024,
+section 4): RoPE is relative, so a document attending only to itself computes the same wherever it
+sits in the sequence.
 
 Attention is PyTorch's ``scaled_dot_product_attention``: plain causal when no document ids are
 given (the concatenation baseline), otherwise with the block-diagonal causal mask of
@@ -120,26 +121,34 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """x + attention(norm(x)), then x + mlp(norm(x)).
+    """Pre-norm (``model.norm: pre``): x + attention(norm(x)), then x + mlp(norm(x)).
+    Post-norm (``post``, BERT): x = attention_norm(x + attention(x)), then mlp_norm(x + mlp(x)).
 
-    ``attention_residual`` and the block itself are identities for the numbers; they name the two
-    residual sums so that outlier hooks and activation quantizers can reach them.
+    ``attention_residual`` and ``mlp_residual`` are identities for the numbers; they name the two
+    residual sums so that outlier hooks and activation quantizers can reach them (in a pre-norm
+    block the second sum is also the block's output).
     """
 
     def __init__(self, d_model: int, heads: int, mlp_ratio: int, config: ModelConfig | None = None,
                  causal: bool = True):
         super().__init__()
+        config = config or ModelConfig(d_model=d_model, heads=heads)
+        self.post_norm = config.norm == "post"
         self.attention_norm = nn.LayerNorm(d_model)
         self.attention = SelfAttention(d_model, heads, config, causal)
         self.attention_residual = nn.Identity()
         self.mlp_norm = nn.LayerNorm(d_model)
         self.mlp = nn.Sequential(nn.Linear(d_model, mlp_ratio * d_model), nn.GELU(),
                                  nn.Linear(mlp_ratio * d_model, d_model))
+        self.mlp_residual = nn.Identity()
 
     def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor],
                 mask: torch.Tensor | None) -> torch.Tensor:
+        if self.post_norm:
+            x = self.attention_norm(self.attention_residual(x + self.attention(x, rotary, mask)))
+            return self.mlp_norm(self.mlp_residual(x + self.mlp(x)))
         x = self.attention_residual(x + self.attention(self.attention_norm(x), rotary, mask))
-        return x + self.mlp(self.mlp_norm(x))
+        return self.mlp_residual(x + self.mlp(self.mlp_norm(x)))
 
 
 def init_transformer_weights(model: nn.Module, layers: int) -> None:
@@ -160,6 +169,12 @@ class GPT(nn.Module):
     ``family: causal_lm`` (the default) is a decoder-only, GPT/OPT-style next-token model;
     ``family: masked_lm`` is the same stack with bidirectional attention, a BERT-style encoder
     for the masked-token objective (`testbed.pretrain.masked_lm`).
+
+    ``norm: pre`` ends in ``final_norm`` (a LayerNorm) before the tied output layer. ``norm: post``
+    is BERT's layout: ``embedding_norm`` (BERT's ``embeddings.LayerNorm``) on the token embeddings,
+    post-norm blocks, whose last LayerNorm feeds the tied output layer directly (``final_norm`` is
+    an identity). BERT's MLM head transform (dense + GELU + LayerNorm) is left out, as in the
+    pre-norm model: tried at d_model 64, lr 0.01, it stopped the masked LM from learning.
     """
 
     def __init__(self, config: ModelConfig, vocab_size: int, context_length: int):
@@ -168,9 +183,11 @@ class GPT(nn.Module):
         self.head_dim = config.d_model // config.heads
         self.causal = config.family != "masked_lm"
         self.embedding = nn.Embedding(vocab_size, config.d_model)
+        post = config.norm == "post"
+        self.embedding_norm = nn.LayerNorm(config.d_model) if post else nn.Identity()
         self.blocks = nn.ModuleList(Block(config.d_model, config.heads, config.mlp_ratio, config, self.causal)
                                     for _ in range(config.layers))
-        self.final_norm = nn.LayerNorm(config.d_model)
+        self.final_norm = nn.Identity() if post else nn.LayerNorm(config.d_model)
         init_transformer_weights(self, config.layers)
 
     def forward(self, tokens: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -178,7 +195,7 @@ class GPT(nn.Module):
         length = tokens.shape[1]
         rotary = rotary_tables(length, self.head_dim, tokens.device)
         mask = None if document_ids is None else document_mask(document_ids, self.causal).unsqueeze(1)
-        x = self.embedding(tokens)
+        x = self.embedding_norm(self.embedding(tokens))
         for block in self.blocks:
             x = block(x, rotary, mask)
         return self.final_norm(x) @ self.embedding.weight.T

@@ -116,7 +116,8 @@ class ActivationHistogramSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         names = [str(n) for n in arrays["outlier_modules"]]
         edges, counts, peaks = arrays["outlier_histogram_edges"], arrays["outlier_histograms"], arrays["outlier_peaks"]
-        layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")}) + ["final_norm"]
+        layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")})
+        layers += ["final_norm"] if "final_norm" in names else []  # a post-norm model has none
         fig, axes = plt.subplots(1, len(layers), figsize=(3.6 * len(layers), 3.2), dpi=100, squeeze=False)
         centers = np.sqrt(edges[:-1] * edges[1:])
         for ax, layer in zip(axes[0], layers):

@@ -11,11 +11,15 @@ Each is averaged over the samples (the paper's running means). Over modules:
 modules' mean infinity norm. A sample's vector holds only its non-padding positions (the
 paper's evaluation sequences have no padding; ours are best-fit packed and may).
 
-Hooked modules, per block j (named after OPT's in the paper's code): ``layer{j}.attn_norm``
-(self_attn_layer_norm), ``layer{j}.attn_out`` (self_attn.out_proj), ``layer{j}.ffn_norm``
-(final_layer_norm), ``layer{j}.ffn_out`` (fc2), ``layer{j}.output`` (the block's output), and
-``final_norm``. Histograms of |activation| over fixed log-spaced bins are collected alongside,
-for the report's outlier plots.
+Hooked modules of a pre-norm model (the OPT hook set of ``validate_clm.py``), per block j:
+``layer{j}.attn_norm`` (self_attn_layer_norm), ``layer{j}.attn_out`` (self_attn.out_proj),
+``layer{j}.ffn_norm`` (final_layer_norm), ``layer{j}.ffn_out`` (fc2), ``layer{j}.output`` (the
+block's output, the residual stream), and ``final_norm``. A post-norm model (``model.norm: post``)
+gets the BERT hook set of ``validate_mlm.py``, per block j: ``layer{j}.ffn_out`` (the FFN output,
+BERT's ``output.dense``) and ``layer{j}.output`` (the block's output, which is its second
+LayerNorm's: BERT's ``output.LayerNorm``); so there its ``avg_kurtosis`` and ``max_inf_norm`` are
+the BERT protocol's. Histograms of |activation| over fixed log-spaced bins are collected
+alongside, for the report's outlier plots.
 
 Besides the two headline numbers, the FFN outputs and the block outputs are summarised apart
 (the BERT protocol of the paper's ``validate_mlm.py`` measures the FFN output, and the LayerNorm
@@ -37,10 +41,12 @@ from torch import nn
 
 from testbed.pretrain.attention_sink import SinkMeter
 from testbed.pretrain.batches import Batch
-from testbed.pretrain.model import SelfAttention
+from testbed.pretrain.model import Block, SelfAttention
 
+# metric name -> submodule of a block ("": the block itself); pre-norm: OPT's, post-norm: BERT's
 HOOK_POINTS = {"attn_norm": "attention_norm", "attn_out": "attention.out", "ffn_norm": "mlp_norm",
                "ffn_out": "mlp", "output": ""}
+POST_NORM_HOOK_POINTS = {"ffn_out": "mlp", "output": ""}
 HISTOGRAM_EDGES = np.logspace(-4, 4, 81)  # |activation| from 1e-4 to 1e4; smaller values fall in bin 0
 KURTOSIS_EPS = 1e-6
 # summary scalar prefix -> hooked module role, measured apart (mean kurtosis, max inf norm over layers)
@@ -55,12 +61,16 @@ def kurtosis(x: torch.Tensor) -> torch.Tensor:
 
 
 def hooked_modules(model: nn.Module) -> dict[str, nn.Module]:
-    """The measured modules of a model made of ``blocks`` and a ``final_norm``, by metric name."""
+    """The measured modules of a model made of ``blocks`` and a ``final_norm``, by metric name: the
+    OPT hook set for pre-norm blocks, the BERT hook set for post-norm ones (no final LayerNorm)."""
     modules = {}
-    for j, block in enumerate(cast(nn.ModuleList, model.blocks)):  # the transformer's and the ViT's blocks
-        for name, path in HOOK_POINTS.items():
+    blocks = list(cast(nn.ModuleList, model.blocks))  # the transformer's and the ViT's blocks
+    post_norm = any(cast(Block, block).post_norm for block in blocks)
+    for j, block in enumerate(blocks):
+        for name, path in (POST_NORM_HOOK_POINTS if post_norm else HOOK_POINTS).items():
             modules[f"layer{j}.{name}"] = block.get_submodule(path) if path else block
-    modules["final_norm"] = cast(nn.Module, model.final_norm)
+    if not post_norm:
+        modules["final_norm"] = cast(nn.Module, model.final_norm)
     return modules
 
 

@@ -19,8 +19,11 @@ weight ranges) are offered beside these, by ``pretrain.outliers``:
 Every ``nn.Linear`` weight is quantized. Activations are quantized at the outputs of the
 embedding, every linear layer, LayerNorm and GELU, the attention weights (the softmax output,
 through ``SelfAttention.weights`` / ``HopfieldLayer.weights``) and both residual sums of each
-block. The token embedding table stays in full precision: it is also the tied output layer,
-which the paper keeps in FP32 (``fp32_head``); its lookups are quantized as activations.
+block (``Block.attention_residual``, ``Block.mlp_residual``: in a pre-norm block the second is
+the block's output; in a post-norm block both are the inputs of its LayerNorms, whose outputs,
+the block's output among them, are quantized as LayerNorm outputs). The token embedding table
+stays in full precision: it is also the tied output layer, which the paper keeps in FP32
+(``fp32_head``); its lookups are quantized as activations.
 Quantize/dequantize is ``torch.fake_quantize_per_tensor_affine``.
 """
 
@@ -36,7 +39,7 @@ from testbed.pretrain.hopfield import HopfieldLayer
 from testbed.pretrain.model import Block, SelfAttention
 
 MOMENTUM = 0.9
-ACTIVATION_TYPES = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GELU, Block)
+ACTIVATION_TYPES = (nn.Embedding, nn.Linear, nn.LayerNorm, nn.GELU)
 
 
 MSE_GRID = 100
@@ -109,6 +112,7 @@ def activation_points(model: nn.Module) -> dict[str, nn.Module]:
             points[f"{name}.weights"] = module.weights
         if isinstance(module, Block):
             points[f"{name}.attention_residual"] = module.attention_residual
+            points[f"{name}.mlp_residual"] = module.mlp_residual
     return points
 
 

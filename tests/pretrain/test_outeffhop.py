@@ -274,7 +274,7 @@ def test_family_options_that_do_not_fit_are_refused_in_one_line(cli) -> None:
     assert code == 2 and "data.dataset: model.family 'vit' trains on the bundled 'digits' images" in err
 
 
-@pytest.mark.parametrize("family", ["bert", "opt", "vit"])
+@pytest.mark.parametrize("family", ["bert", "bert-postln", "opt", "vit"])
 def test_outeffhop_scenarios_validate_with_their_20_variants(cli, family: str) -> None:
     code, out, _ = cli("validate", f"scenarios/pretrain/outeffhop-{family}.yaml")
     assert code == 0 and "20 variants" in out  # 4 attention variants x 5 seeds
