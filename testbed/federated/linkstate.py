@@ -13,7 +13,8 @@ deleted or expired meanwhile is skipped when its turn comes, as Flower's own sca
 `add_pending_messages_to_queue` is Flower's extractor loop walking only the nodes that have
 undelivered messages (one per node per sweep, as Flower's does). Messages, replies, TTLs and
 errors are Flower's own; only the lookups change, so every reply and every number is the same
-(tests/federated/test_federation_scale.py runs a federation with and without them).
+(tests/federated/test_federation_scale.py checks that the indexed state delivers exactly what
+Flower's delivers).
 
 `indexed_simulation()` installs both while a run's `run_simulation` starts. Why patch instead of
 writing a simulation engine: everything else of Flower's engine (the Ray backend and its actor
