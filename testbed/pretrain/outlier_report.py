@@ -58,6 +58,11 @@ class OutlierSummarySection(ReportSection):
                 + "<h3>Per layer, final step</h3>" + table(module_rows, ("module", "kurtosis", "inf norm")))
 
 
+def layer_index(name: str) -> int:
+    """The j of ``layer{j}``: layers sort by depth, not as text (``layer10`` after ``layer2``)."""
+    return int(name.removeprefix("layer"))
+
+
 # (figure title, metrics.jsonl dict, per-layer key inside it, statistic)
 LAYER_CURVES = (("block output kurtosis", "outliers", "output", "kurtosis"),
                 ("block output inf norm", "outliers", "output", "inf_norm"),
@@ -78,7 +83,7 @@ class LayerCurvesSection(ReportSection):
         if not records:
             return NOT_MEASURED
         steps = [r["step"] for r in records]
-        layers = sorted(records[-1]["sink"], key=lambda name: int(name.removeprefix("layer")))
+        layers = sorted(records[-1]["sink"], key=layer_index)
         fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), dpi=100)
         for ax, (title, source, role, stat) in zip(axes.flat, LAYER_CURVES):
             for layer in layers:
@@ -116,7 +121,7 @@ class ActivationHistogramSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         names = [str(n) for n in arrays["outlier_modules"]]
         edges, counts, peaks = arrays["outlier_histogram_edges"], arrays["outlier_histograms"], arrays["outlier_peaks"]
-        layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")})
+        layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")}, key=layer_index)
         layers += ["final_norm"] if "final_norm" in names else []  # a post-norm model has none
         fig, axes = plt.subplots(1, len(layers), figsize=(3.6 * len(layers), 3.2), dpi=100, squeeze=False)
         centers = np.sqrt(edges[:-1] * edges[1:])

@@ -69,3 +69,18 @@ def test_sections_show_the_last_outlier_record_and_the_histograms(tmp_path):
     assert (tmp_path / "outlier-kurtosis.png").is_file()
     histograms = ActivationHistogramSection().render(data, tmp_path)
     assert "layer0.mlp" in histograms and (tmp_path / "activation-histograms.png").is_file()
+
+
+def test_histogram_panels_run_by_depth_not_as_text(tmp_path, monkeypatch):
+    import testbed.pretrain.outlier_report as outlier_report
+
+    meter = OutlierMeter(["layer10.mlp", "layer2.mlp", "layer0.mlp", "final_norm"])
+    valid = torch.ones(1, 3, dtype=torch.bool)
+    for name in meter.names:
+        meter.add(name, torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0)), valid)
+    titles: list[str] = []
+    monkeypatch.setattr(outlier_report, "figure_image",
+                        lambda fig, *args: titles.extend(ax.get_title() for ax in fig.axes) or "")
+    data = run_data(tmp_path, [], as_report_arrays(histogram_arrays(meter)))
+    ActivationHistogramSection().render(data, tmp_path)
+    assert titles == ["layer0", "layer2", "layer10", "final_norm"]
