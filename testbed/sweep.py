@@ -193,10 +193,11 @@ def _open_sweep_folder(run_dir: Path, raw: dict[str, Any], overrides: Sequence[s
 
 def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:
     """A sweep's config without what changes no variant: its claims (rewording a claim, or adding
-    one) and how its variant processes start (a sweep continues with ``sweep.processes=fresh``)."""
-    what = {k: v for k, v in raw.items() if k != "claims"}
+    one), its description, and how many variant processes run at once and how they start (a sweep
+    continues with ``sweep.processes=fresh`` or another ``sweep.parallel``)."""
+    what = {k: v for k, v in raw.items() if k not in ("claims", "description")}
     if isinstance(what.get("sweep"), dict):
-        what["sweep"] = {k: v for k, v in what["sweep"].items() if k != "processes"}
+        what["sweep"] = {k: v for k, v in what["sweep"].items() if k not in ("processes", "parallel")}
     return what
 
 

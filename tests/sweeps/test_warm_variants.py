@@ -214,3 +214,11 @@ def test_a_sweep_folder_continues_with_fresh_processes_but_not_with_other_varian
     warm = {**SWEEP, "sweep": {**SWEEP["sweep"], "processes": "warm"}}
     assert _what_runs({**SWEEP, "sweep": {**SWEEP["sweep"], "processes": "fresh"}}) == _what_runs(warm)
     assert _what_runs({**SWEEP, "sweep": {**SWEEP["sweep"], "grid": {"seed": [3]}}}) != _what_runs(warm)
+
+
+def test_a_sweep_folder_continues_after_its_description_or_parallelism_changes():
+    from testbed.sweep import _what_runs
+
+    reworded = {**SWEEP, "description": "now says 5 seeds", "sweep": {**SWEEP["sweep"], "parallel": 2}}
+    assert _what_runs(reworded) == _what_runs(SWEEP)
+    assert _what_runs({**SWEEP, "training": {**SWEEP["training"], "steps": 9}}) != _what_runs(SWEEP)
