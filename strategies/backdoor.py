@@ -23,12 +23,23 @@ from __future__ import annotations
 import torch
 from torch import Generator, Tensor
 
+# The largest trigger value in size. Images are scaled to [0, 1] and tables standardised (z-scores
+# of a few units), so a trigger of a few units is already conspicuous; 1000 leaves wide room and
+# keeps the poisoned inputs (and the first layer's outputs) far from float32's overflow (3.4e38).
+MAX_TRIGGER_VALUE = 1e3
+MAX_CLASSES = 2**31
 
-def _check(target: int, poison_fraction: float, patch_size: int, num_classes: int) -> None:
+
+def _check(target: int, poison_fraction: float, patch_size: int, num_classes: int, value: float = 1.0) -> None:
+    if not abs(value) <= MAX_TRIGGER_VALUE:  # NaN fails this too
+        raise ValueError(f"value: the trigger's input value must be within [-{MAX_TRIGGER_VALUE:g}, "
+                         f"{MAX_TRIGGER_VALUE:g}] (images are in [0, 1], tables standardised), got {value}")
     if not 0.0 < poison_fraction <= 1.0:
         raise ValueError(f"poison_fraction: must be in (0, 1], got {poison_fraction}")
     if patch_size < 1:
         raise ValueError(f"patch_size: must be >= 1, got {patch_size}")
+    if target >= MAX_CLASSES:  # before any tensor holds it: past int64 it is an OverflowError of torch
+        raise ValueError(f"target: {target} is no class of any dataset (labels are below 2**31)")
     if not 0 <= target < num_classes:
         raise ValueError(f"target: must be a class in [0, {num_classes}), got {target}")
 
@@ -51,12 +62,17 @@ def badnets(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, tar
     """BadNets (Gu et al. 2017): a ``poison_fraction`` share of the samples triggered and relabelled ``target``.
 
     The share is drawn from ``generator``."""
-    _check(target, poison_fraction, patch_size, num_classes)
+    _check(target, poison_fraction, patch_size, num_classes, value)
     chosen = torch.rand(len(y), generator=generator) < poison_fraction
     x, y = x.clone(), y.clone()
     x[chosen] = stamp_trigger(x[chosen], patch_size=patch_size, value=value)
     y[chosen] = target
     return x, y
+
+
+# Model replacement's boost is about N / m (clients per attacker); far above any federation's size it
+# only overflows the uploads to inf and the global model to NaN.
+MAX_BOOST = 1e6
 
 
 def model_replacement(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, target: int = 0,
@@ -65,8 +81,8 @@ def model_replacement(x: Tensor, y: Tensor, num_classes: int, generator: Generat
     """Model replacement (Bagdasaryan et al. 2020): BadNets' poisoning, then ``global + boost (local - global)`` sent.
 
     This function poisons the data; the boost is applied to the upload (:func:`scale_update`)."""
-    if boost is not None and boost <= 0:
-        raise ValueError(f"boost: must be > 0, got {boost}")
+    if boost is not None and not 0 < boost <= MAX_BOOST:
+        raise ValueError(f"boost: must be in (0, {MAX_BOOST:g}], got {boost}")
     return badnets(x, y, num_classes, generator, target=target, poison_fraction=poison_fraction,
                    patch_size=patch_size, value=value)
 

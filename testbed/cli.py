@@ -1,12 +1,14 @@
 """The ``testbed`` command line.
 
-    testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet] [--no-sweep]
+    testbed run FILE [--set KEY=VALUE ...] [--run-dir DIR] [--quiet] [--verbose] [--no-sweep]
     testbed validate FILE... [--set KEY=VALUE ...] [--no-sweep]
     testbed --version
-    testbed resume RUN_DIR [--quiet]
+    testbed resume RUN_DIR [--quiet] [--verbose]
     testbed report RUN_DIR
-    testbed list [workloads|strategies|attacks|topologies|scenarios|papers]
-    testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N]
+    testbed compare RUN_DIR... [--metric M] [--out DIR]
+    testbed list [workloads|strategies|attacks|topologies|datasets|scenarios|papers]
+    testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N] [--allow-dirty]
+    testbed reproduce --check [PAPER ...] [--sample N] [--size full|test] [--allow-dirty]
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
@@ -24,7 +26,7 @@ from pathlib import Path
 from testbed.errors import ResumableFailure, RunInterrupted, UserError, one_line
 
 REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-LISTABLE = ("workloads", "strategies", "attacks", "topologies", "scenarios", "papers")
+LISTABLE = ("workloads", "strategies", "attacks", "topologies", "datasets", "scenarios", "papers")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a scenario field, e.g. --set training.steps=50 (repeatable; type-checked)")
     run.add_argument("--run-dir", type=Path, help="run folder to create (default runs/<name>-<timestamp>)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--verbose", action="store_true",
+                     help="libraries' logs and warnings (Ray, Flower, MLflow, opacus) on the console, "
+                          "not in RUN_DIR/log.txt")
     run.add_argument("--no-sweep", action="store_true",
                      help="run the scenario once as written, ignoring its sweep: block")
 
@@ -51,11 +56,21 @@ def _parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="continue an interrupted run from its newest checkpoint")
     resume.add_argument("run_dir", type=Path)
     resume.add_argument("--quiet", action="store_true", help="no progress bars")
+    resume.add_argument("--verbose", action="store_true",
+                        help="libraries' logs and warnings on the console, not in RUN_DIR/log.txt")
 
     report = sub.add_parser("report", help="re-render the report of a run folder")
     report.add_argument("run_dir", type=Path)
 
-    listing = sub.add_parser("list", help="list registered workloads, strategies, attacks, topologies or scenarios")
+    compare = sub.add_parser("compare", help=(
+        "put run folders (and sweep folders' variants) of one kind side by side on one page, "
+        "with paired differences over shared seeds"))
+    compare.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    compare.add_argument("--metric", help="the final metric to compare (default: test accuracy where all runs have it)")
+    compare.add_argument("--out", type=Path, help="folder of the page (default runs/compare-<timestamp>)")
+
+    listing = sub.add_parser("list", help=(
+        "list registered workloads, strategies, attacks, topologies, datasets or scenarios"))
     listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
 
     reproduce = sub.add_parser("reproduce", help=(
@@ -69,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
                            help="where the sweeps run (default runs/reproduce)")
     reproduce.add_argument("--parallel", type=int, help="variants at once (default: each sweep's own setting)")
     reproduce.add_argument("--quiet", action="store_true", help="no progress bars")
+    reproduce.add_argument("--allow-dirty", action="store_true",
+                           help="record results from a checkout with uncommitted changes (marked '+dirty')")
+    reproduce.add_argument("--check", action="store_true",
+                           help="list the result files whose code fingerprint differs from HEAD's (stale)")
+    reproduce.add_argument("--sample", type=int, metavar="N",
+                           help="with --check: re-run N variants of each stale file at HEAD (at least two seeds "
+                                "of every arm) and record it verified where every verdict holds")
 
     cluster = sub.add_parser("cluster", help="start, inspect or stop an emulated Ray cluster on this machine")
     cluster.add_argument("action", choices=("up", "down", "status"))
@@ -91,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                         overrides=args.overrides)
         _print_sweep_outcome(run)
     else:
-        run = start_run(scenario, args.file, args.run_dir, args.quiet, args.overrides)
+        run = start_run(scenario, args.file, args.run_dir, args.quiet, args.overrides, args.verbose)
     print(f"report: {run.report_dir / 'index.html'}")
     return 0
 
@@ -126,12 +148,22 @@ def _print_sweep_outcome(run) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from testbed.claims.reproduce import repository_root, reproduce
+    from testbed.claims.reproduce import check_results, repository_root, reproduce
 
     root = repository_root()
     if args.parallel is not None and args.parallel < 1:
         raise UserError(f"--parallel: {args.parallel}: at least 1")
-    for line in reproduce(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet, args.parallel):
+    if args.sample is not None and (not args.check or args.sample < 1):
+        raise UserError(f"--sample: {args.sample}: " + ("at least 1" if args.check else "only with --check"))
+    if args.check and args.docs_only:
+        raise UserError("--check: runs no sweep and writes no docs; leave out --docs-only")
+    if args.check:
+        lines = check_results(root, args.papers, args.size, args.runs_dir, args.sample, args.quiet, args.parallel,
+                              args.allow_dirty)
+    else:
+        lines = reproduce(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet, args.parallel,
+                          args.allow_dirty)
+    for line in lines:
         print(line)
     return 0
 
@@ -155,7 +187,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 check_claims(scenario.claims, variants, file)
             print(f"{file}: ok ({len(variants)} variants)")
         else:
-            print(f"{file}: ok")
+            print(f"{file}: ok{_model_note(scenario)}")
     return 0
 
 
@@ -172,7 +204,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                         args.quiet)
         _print_sweep_outcome(run)
     else:
-        run = resume_run(args.run_dir, args.quiet)
+        run = resume_run(args.run_dir, args.quiet, args.verbose)
     print(f"report: {run.report_dir / 'index.html'}")
     return 0
 
@@ -185,6 +217,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     render = render_sweep_report if folder.read_config().get("sweep") else report_run
     print(f"report: {render(folder)}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from testbed.report.compare import compare_runs
+
+    out = args.out or Path("runs") / f"compare-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    print(f"comparison: {compare_runs(args.run_dirs, args.metric, out)}")
     return 0
 
 
@@ -202,9 +244,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _listing(what: str) -> list[tuple[str, str]]:
     if what == "scenarios":
-        folders = {REPO_SCENARIOS, Path("scenarios").resolve()}
-        files = sorted({f for d in folders if d.is_dir() for f in d.rglob("*.yaml")})
-        return [(_display_path(f), _scenario_title(f)) for f in files]
+        # The checkout the user works in, not the installed copy's (an editable install of another
+        # checkout would list that one's files); the installed copy only where there is none here.
+        folder = Path("scenarios") if Path("scenarios").is_dir() else REPO_SCENARIOS
+        return [(_display_path(f), _scenario_title(f)) for f in sorted(folder.resolve().rglob("*.yaml"))]
     if what == "workloads":
         from testbed.workloads import registry
 
@@ -230,6 +273,22 @@ def _papers() -> dict:
     return {paper: f"{entry.title}: {', '.join(entry.scenarios)}" for paper, entry in PAPERS.items()}
 
 
+def _datasets() -> dict:
+    from testbed.data.sources import describe_options, registered_sources
+
+    return {name: f"{cls.summary}" + (f"; options: {describe_options(cls)}" if cls.Config.model_fields else "")
+            for name, cls in registered_sources().items()}
+
+
+def _model_note(scenario) -> str:
+    """The parameter count of the workload's own model (``workload.model``), which validation built."""
+    if scenario.workload is None or "model" not in scenario.workload.params:
+        return ""
+    from testbed.workloads.usermodel import describe
+
+    return describe(scenario.workload.params, scenario.data)
+
+
 def _topologies() -> dict:
     from testbed.topologies import GRAPH_BUILDERS
 
@@ -237,7 +296,7 @@ def _topologies() -> dict:
 
 
 REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies,
-                                             "papers": _papers}
+                                             "datasets": _datasets, "papers": _papers}
 
 
 def _display_path(path: Path) -> str:
@@ -265,7 +324,7 @@ def _first_line(entry: object) -> str:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run, "validate": cmd_validate, "resume": cmd_resume, "report": cmd_report, "list": cmd_list,
-    "cluster": cmd_cluster, "reproduce": cmd_reproduce,
+    "cluster": cmd_cluster, "reproduce": cmd_reproduce, "compare": cmd_compare,
 }
 
 
@@ -273,13 +332,18 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``testbed`` console script."""
     args = _parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not in the interpreter's exit
+        return code
     except ResumableFailure as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 3
     except UserError as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
     except KeyboardInterrupt as err:
         where = err.run_dir if isinstance(err, RunInterrupted) else "RUN_DIR"
         print(f"interrupted: 'testbed resume {where}' continues from the last checkpoint", file=sys.stderr)
@@ -288,6 +352,15 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("internal error: please report it with the traceback above", file=sys.stderr)
         return 1
+
+
+def _silence_stdout() -> None:
+    # The reader went away (`testbed list | head`): what is left to print has nowhere to go, and
+    # the interpreter's own flush at exit would fail again, so point stdout at /dev/null.
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-import shutil
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -12,17 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from testbed import kinds
+from testbed.console import library_output
 from testbed.engines.registry import make_engine
 from testbed.errors import ResumableFailure, RunInterrupted, UserError
 from testbed.faults import maybe_kill
 from testbed.loading import validate_raw
-from testbed.progress import ProgressReporter, progress_enabled
-from testbed.provenance import provenance, source_commit
+from testbed.progress import ProgressReporter, arm_name, progress_enabled
+from testbed.provenance import provenance, run_fingerprint, source_commit
 from testbed.report.render import render_report
 from testbed.run import RunFolder
 from testbed.runner import RunContext
 from testbed.scenario import Scenario
-from testbed.tracking import open_trackers
+from testbed.trackers import open_trackers
 from testbed.validation import preflight
 
 VERSIONED_PACKAGES = ("testbed", "torch", "numpy", "ray", "flwr", "deepspeed", "opacus", "networkx")
@@ -33,12 +33,13 @@ def default_run_dir(scenario: Scenario) -> Path:
 
 
 def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quiet: bool = False,
-              overrides: Sequence[str] = ()) -> RunFolder:
-    """Validate, create the run folder (recording the ``--set`` ``overrides``) and run the scenario to the end."""
+              overrides: Sequence[str] = (), verbose: bool = False) -> RunFolder:
+    """Validate, create the run folder (recording the ``--set`` ``overrides``) and run the scenario to the end
+    (``verbose``: libraries' logs on the console, not in the run's log.txt)."""
     preflight(scenario, source)
     run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"), overrides, source)
     try:
-        _execute(scenario, run, quiet, source)
+        _execute(scenario, run, quiet, source, verbose)
     except ResumableFailure:
         raise  # a lost node: the folder is what `testbed resume` continues, checkpoint or not
     except Exception:
@@ -46,7 +47,7 @@ def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quie
         # half-written folder. After one the folder stays, for `testbed resume` once the cause is
         # fixed (an interrupted run, KeyboardInterrupt, always stays).
         if not run.has_checkpoint:
-            shutil.rmtree(run.path, ignore_errors=True)
+            run.remove_written()  # a --run-dir that was the user's (empty) folder, or a link to one, stays
         raise
     except KeyboardInterrupt:
         raise RunInterrupted(run.path) from None
@@ -55,7 +56,7 @@ def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quie
     return run
 
 
-def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
+def resume_run(run_dir: Path, quiet: bool = False, verbose: bool = False) -> RunFolder:
     """Continue an interrupted run from its newest checkpoint (refused while another process runs it)."""
     run = RunFolder.open(run_dir)
     run.lock()
@@ -65,7 +66,7 @@ def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
         scenario = validate_raw(run.read_config(), source=str(run.config_path))
         preflight(scenario, str(run.config_path))
         run.rewind_to_checkpoint()
-        _execute(scenario, run, quiet, str(run.config_path))
+        _execute(scenario, run, quiet, str(run.config_path), verbose)
     except KeyboardInterrupt:
         raise RunInterrupted(run.path) from None
     finally:
@@ -73,9 +74,14 @@ def resume_run(run_dir: Path, quiet: bool = False) -> RunFolder:
     return run
 
 
-def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> None:
+def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str, verbose: bool = False) -> None:
+    with library_output(run.path, verbose):
+        _execute_quietly(scenario, run, quiet, source)
+
+
+def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> None:
     runner = kinds.runner(scenario.kind)
-    trackers = open_trackers(list(scenario.report.trackers), run, run.title())
+    trackers = open_trackers(scenario.report, run, run.title())
 
     def log_metrics(record: dict[str, Any]) -> None:
         run.append_metrics(record)
@@ -86,14 +92,15 @@ def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> No
     started = time.perf_counter()
     try:
         with make_engine(scenario.engine, runner.needs_one_of, runner.parallel_tasks(scenario), quiet) as engine:
-            ctx = RunContext(scenario, run, engine, ProgressReporter(progress_enabled(quiet)), log_metrics, source)
+            progress = ProgressReporter(progress_enabled(quiet), arm_name(scenario))
+            ctx = RunContext(scenario, run, engine, progress, log_metrics, source)
             final = runner.run(ctx)
             engine_info = engine.describe()
         run.write_summary({
             "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
             "final_metrics": final, "engine": engine_info,
             "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
-            "source": provenance(run, source), "versions": _versions(),
+            "source": provenance(run, source), "versions": _versions(), "fingerprint": run_fingerprint(),
         })
         report = report_run(run)
         for tracker in trackers:

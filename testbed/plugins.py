@@ -11,10 +11,20 @@ A package extends the testbed by declaring entries in its ``pyproject.toml``::
     [project.entry-points."testbed.attacks"]
     my_attack = "my_package.attacks:MY_ATTACK"       # a strategies.Attack
 
+    [project.entry-points."testbed.trackers"]
+    my_tracker = "my_package.tracking:MyTracker"     # a testbed.trackers.base.Tracker subclass named "my_tracker"
+
+    [project.entry-points."testbed.datasets"]
+    my_source = "my_package.data:MySource"           # a testbed.data.sources.DataSource subclass named "my_source"
+
 Each registry module calls `load_entry_points` once, after its built-in entries, so the plugins
 are there in every process that uses the registry (the CLI, Ray workers, MPI ranks). This and the
-registries are the only ways code reaches a run: a scenario file names registered entries, never
-modules or callables, so installing a package is the trust decision, not writing a scenario.
+registries are how code reaches a run: a scenario file names registered entries, so installing a
+package is the trust decision, not writing a scenario. The one exception is a classifier's own
+network, ``workload.model: "package.module:Class"`` (like Hydra's ``_target_``): a scenario that names
+one imports and runs that package's code, so run scenarios you trust. `testbed.workloads.usermodel`
+calls the attribute only if it is a ``torch.nn.Module`` subclass, and refuses the standard library
+and ``testbed`` itself.
 A plugin may not replace a built-in entry, and a plugin that fails to import stops the testbed
 with a one-line error naming it, rather than leaving a scenario to fail later with "unknown name".
 """
@@ -26,7 +36,7 @@ from typing import Any
 
 from testbed.errors import UserError
 
-GROUPS = ("testbed.workloads", "testbed.strategies", "testbed.attacks")
+GROUPS = ("testbed.workloads", "testbed.strategies", "testbed.attacks", "testbed.trackers", "testbed.datasets")
 
 
 def load_entry_points(group: str, registry: dict[str, Any], expected: type, *, as_class: bool = False) -> list[str]:

@@ -15,7 +15,16 @@ Layout of a run folder::
 Every file is written to a temporary name and renamed, so a crash never leaves a torn file. A
 folder without summary.json is an interrupted run that `testbed resume` continues. A write that the
 system refuses (disk full, read-only or unwritable folder) is a `UserError` naming the file, and
-leaves the newest good checkpoint in place for `testbed resume` once the cause is fixed.
+leaves the newest good checkpoint in place for `testbed resume` once the cause is fixed. A run that
+fails before its first checkpoint removes what it wrote (`remove_written`): the folder where it made
+it, only the files inside where the folder was there already (a user's empty ``--run-dir``, or a
+link to one).
+
+Reading trusts nothing in the folder: resume and report open its files only as plain files
+(`open_plain`: a symbolic link, which could lead out of the folder, a folder, FIFO or device in a
+file's place is refused without waiting on it), load checkpoints with torch's weights-only
+unpickler and check their step and record count, and read JSON that is too deep to parse or not
+an object as what it is. Each is a `UserError`: one line naming the file, exit code 2.
 
 One process at a time writes a folder: `RunFolder.create` and `RunFolder.lock` (resume, sweeps)
 take an exclusive ``flock`` on ``.lock``, which holds the writer's pid, for the life of the run.
@@ -31,9 +40,12 @@ import errno
 import io
 import json
 import os
-import pickle
+import re
+import shutil
+import stat
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -44,10 +56,11 @@ import numpy as np
 import yaml
 from numpy.typing import ArrayLike
 
-from testbed.errors import UserError
+from testbed.errors import UserError, shorten
 
 KEEP_CHECKPOINTS = 2
 LOCK_FILE = ".lock"
+CHECKPOINT_NAME = re.compile(r"ckpt-[0-9]+\.pt\Z")
 
 try:
     import fcntl
@@ -162,6 +175,66 @@ def _torch_save(obj: Any, handle: BinaryIO) -> None:
         raise OSError(errno.EIO, f"the checkpoint write failed ({str(err).strip().splitlines()[-1][:200]})") from None
 
 
+def open_plain(path: Path) -> BinaryIO:
+    """Open the run folder's file ``path`` for reading; anything but a plain file is a `UserError`
+    naming it: a symbolic link (which could lead out of the run folder), a folder, or a FIFO or
+    device (whose read would wait for a writer that never comes)."""
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise UserError(f"{path}: a symbolic link, not a file of the run folder; the run folder was altered")
+        # O_NOFOLLOW, O_NONBLOCK: a link or FIFO put in its place since is refused, not followed or waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"{path}: not a plain file (a folder, FIFO or device); the run folder was altered")
+    return os.fdopen(fd, "rb")
+
+
+def parse_record(path: Path, text: bytes, line: int | None = None) -> dict[str, Any]:
+    """The JSON object ``text`` read from the run folder's ``path`` (at ``line``); JSON nested too
+    deeply for the parser, a number past Python's digit limit, or another value than an object is
+    a `UserError` naming the file. (Malformed JSON is a `json.JSONDecodeError`, left to the caller:
+    in a ``.jsonl`` file it is a line torn by a crash.)"""
+    where = f"{path}" + (f", line {line}" if line is not None else "")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to read; the run folder was altered") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:  # not UTF-8, or an integer of more digits than Python converts
+        raise UserError(f"{where}: not readable JSON ({str(err)[:120]}); the run folder was altered") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: not a JSON object (got {type(value).__name__}); the run folder was altered")
+    return value
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at ``path``, loaded with torch's safe (weights-only) unpickler from a plain
+    file; a file it refuses, or that lacks the step and record count every checkpoint holds, is
+    a `UserError` naming it."""
+    import torch
+
+    with open_plain(path) as handle:
+        try:
+            with warnings.catch_warnings():
+                # torch warns (three lines) before it refuses a file not in its zip format: the refusal is the one line
+                warnings.simplefilter("ignore")
+                checkpoint = torch.load(handle, weights_only=True)
+        except Exception as err:  # a foreign, forged or torn file makes torch's reader raise nearly anything
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"{path}: not a checkpoint this testbed can load safely "
+                            f"(refused: {reason[:200]})") from None
+    for key in ("step", "metrics_count"):
+        value = checkpoint.get(key) if isinstance(checkpoint, dict) else None
+        if type(value) is not int or value < 0:
+            raise UserError(f"{path}: not a checkpoint of this testbed ({key!r} is {shorten(value)}, not a count); "
+                            "the run folder was altered")
+    return checkpoint
+
+
 class RunFolder:
     """One run's folder on disk, and the only code that writes into it."""
 
@@ -178,6 +251,7 @@ class RunFolder:
         self.lock_path = self.path / LOCK_FILE
         self._metrics_count: int | None = None
         self._lock: weakref.finalize | None = None
+        self.made_folder = False  # whether `create` made the folder (else it was the user's, empty)
 
     @classmethod
     def create(cls, path: str | Path, resolved_config: dict[str, Any], overrides: Sequence[str] = (),
@@ -185,10 +259,11 @@ class RunFolder:
         """Make a new run folder (started from the scenario file ``source``, where there is one); an
         existing non-empty folder is refused."""
         run = cls(path)
-        if run.path.exists() and not run.path.is_dir():
-            raise UserError(f"{run.path}: exists and is not a folder; use another --run-dir")
-        with run._writing("the run folder"):
-            if run.path.exists() and any(run.path.iterdir()):
+        with run._writing("the run folder"):  # even a look can fail: a name too long, a folder not ours
+            if run.path.exists() and not run.path.is_dir():
+                raise UserError(f"{run.path}: exists and is not a folder; use another --run-dir")
+            run.made_folder = not run.path.exists()
+            if not run.made_folder and any(run.path.iterdir()):
                 _check_not_in_use(run.lock_path, run.path)
                 raise UserError(f"{run.path}: run folder already exists; "
                                 f"use 'testbed resume {run.path}' or another --run-dir")
@@ -205,9 +280,30 @@ class RunFolder:
     def open(cls, path: str | Path) -> RunFolder:
         """Open an existing run folder (for resume and report)."""
         run = cls(path)
-        if not run.config_path.is_file():
+        try:
+            found = run.config_path.is_file()
+        except OSError as err:  # a name too long, a folder we may not read
+            raise UserError(f"{run.path}: cannot open the run folder: {err.strerror or err}") from None
+        if not found:
             raise UserError(f"{run.path}: not a run folder (no config.yaml)")
         return run
+
+    def remove_written(self) -> None:
+        """Remove what this run wrote, for a run that failed before its first checkpoint: the folder
+        where `create` made it; in a folder that was there (the user's empty ``--run-dir``, or a
+        link to one) only the files inside, keeping the folder and the link."""
+        if self.made_folder:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        try:
+            children = list(self.path.iterdir())
+        except OSError:  # gone already, or no longer ours to read
+            return
+        for child in children:
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
 
     def lock(self) -> None:
         """Become the folder's one writer until `unlock` (or this object is collected, or the
@@ -275,16 +371,7 @@ class RunFolder:
         return self._metrics_count
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        if not self.metrics_path.is_file():
-            return []
-        lines = self.metrics_path.read_text().splitlines()
-        records = []
-        for line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line torn by a crash mid-write; resume rewrites from the checkpoint
-        return records
+        return self.read_records(self.metrics_path.name)
 
     def truncate_metrics(self, count: int) -> None:
         """Keep the first ``count`` records: those logged before the checkpoint we resume from."""
@@ -310,18 +397,18 @@ class RunFolder:
         return path
 
     def latest_checkpoint(self) -> dict[str, Any] | None:
-        """The newest checkpoint, loaded with torch's safe (weights-only) unpickler."""
-        checkpoints = self._checkpoints()
-        if not checkpoints:
-            return None
-        try:
-            import torch
+        """The newest checkpoint, loaded with torch's safe (weights-only) unpickler (`_load_checkpoint`)."""
+        path = self.latest_checkpoint_path()
+        return None if path is None else _load_checkpoint(path)
 
-            return torch.load(checkpoints[-1], weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:  # foreign, forged or torn
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise UserError(f"{checkpoints[-1]}: not a checkpoint this testbed can load safely "
-                            f"(refused: {reason[:200]})") from None
+    def latest_checkpoint_path(self) -> Path | None:
+        """The file of the newest checkpoint (None without one); a checkpoints folder that is a link is
+        a `UserError`, as nothing a run reads may lead out of its folder."""
+        if self.checkpoint_dir.is_symlink():
+            raise UserError(f"{self.checkpoint_dir}: a symbolic link, not the run's checkpoints folder; "
+                            "the run folder was altered")
+        checkpoints = self._checkpoints()
+        return checkpoints[-1] if checkpoints else None
 
     @property
     def latest_step(self) -> int | None:
@@ -341,7 +428,9 @@ class RunFolder:
             return False
 
     def _checkpoints(self) -> list[Path]:
-        return sorted(self.checkpoint_dir.glob("ckpt-*.pt")) if self.checkpoint_dir.is_dir() else []
+        if not self.checkpoint_dir.is_dir():
+            return []
+        return sorted(path for path in self.checkpoint_dir.glob("ckpt-*.pt") if CHECKPOINT_NAME.match(path.name))
 
     # artifacts -----------------------------------------------------------------------------
     def write_artifacts(self, arrays: Mapping[str, ArrayLike]) -> None:
@@ -353,10 +442,17 @@ class RunFolder:
             atomic_write(self.artifacts_path, buffer.getvalue())
 
     def read_artifacts(self) -> dict[str, np.ndarray]:
-        if not self.artifacts_path.is_file():
+        """The arrays of artifacts.npz ({} without one); a file numpy cannot read without pickles is a
+        `UserError` naming it."""
+        if not os.path.lexists(self.artifacts_path):
             return {}
-        with np.load(self.artifacts_path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+        with open_plain(self.artifacts_path) as handle:
+            try:
+                with np.load(handle, allow_pickle=False) as data:
+                    return {key: data[key] for key in data.files}
+            except Exception as err:  # object arrays, a torn or foreign zip, a bare .npy: numpy raises many types
+                raise UserError(f"{self.artifacts_path}: not an archive of plain arrays ({str(err)[:160]}); "
+                                "the run folder was altered") from None
 
     # other per-step records (a federated run's clients.jsonl) ------------------------------
     def append_record(self, name: str, record: dict[str, Any]) -> None:
@@ -367,16 +463,20 @@ class RunFolder:
             os.fsync(handle.fileno())
 
     def read_records(self, name: str) -> list[dict[str, Any]]:
-        """The complete lines of the folder's ``name`` file ([] without one); a torn line ends it."""
+        """The complete lines of the folder's ``name`` file ([] without one); a torn line ends it. A
+        line that is valid JSON but no record (nested too deeply to read, not an object) is a
+        `UserError` naming the file and line."""
         path = self.path / name
-        if not path.is_file():
+        if not os.path.lexists(path):
             return []
+        with open_plain(path) as handle:
+            lines = handle.read().splitlines()
         records = []
-        for line in path.read_text().splitlines():
+        for number, line in enumerate(lines, 1):
             try:
-                records.append(json.loads(line))
+                records.append(parse_record(path, line, number))
             except json.JSONDecodeError:
-                break  # a line torn by a crash mid-write
+                break  # a line torn by a crash mid-write; resume rewrites from the checkpoint
         return records
 
     def keep_records(self, name: str, keep: Callable[[dict[str, Any]], bool]) -> None:
@@ -396,7 +496,15 @@ class RunFolder:
             atomic_write(self.summary_path, (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode())
 
     def read_summary(self) -> dict[str, Any] | None:
-        return json.loads(self.summary_path.read_text()) if self.completed else None
+        """summary.json (None before the run completed); one that is not a JSON object is a `UserError`."""
+        if not self.completed:
+            return None
+        with open_plain(self.summary_path) as handle:
+            text = handle.read()
+        try:
+            return parse_record(self.summary_path, text)
+        except json.JSONDecodeError as err:
+            raise UserError(f"{self.summary_path}: not valid JSON ({err}); the run folder was altered") from None
 
     # write errors --------------------------------------------------------------------------
     @contextmanager

@@ -48,7 +48,10 @@ class ReportConfig(StrictModel):
     """What the run's report shows and which experiment trackers receive its metrics."""
 
     kind: Literal["training", "robustness", "privacy", "pretraining"] = "training"
-    trackers: list[Literal["tensorboard", "mlflow"]] = Field(default_factory=list)
+    trackers: list[str] = Field(default_factory=list, description=(
+        "experiment trackers to switch on with their defaults: tensorboard, mlflow, wandb or a plugin's"))
+    tracking: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
+        "a tracker's own settings, which also switch it on, e.g. mlflow: {tracking_uri: ..., experiment: ...}"))
     ood: OodConfig | None = Field(None, description="federated: evaluate the final global model out of distribution")
 
 

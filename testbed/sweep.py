@@ -29,6 +29,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import signal
@@ -52,8 +53,12 @@ from testbed.run import RunFolder, atomic_write
 from testbed.scenario import Scenario
 from testbed.sweep_names import axis_labels, short_value
 from testbed.sweep_status import SweepMonitor, display_mode, failure_marker
+from testbed.trackers import sweep_tracking
 from testbed.validation import preflight
 
+# The most variants a sweep runs: each is a run folder and a process, and `testbed validate` checks
+# every one (about 5 ms each); far above the bundled sweeps (at most a few dozen).
+MAX_VARIANTS = 10_000
 MAX_SLUG = 160  # characters of a variant's folder name
 SLUG_TAIL = 40  # of a longer one, the characters kept at its end
 
@@ -70,6 +75,7 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
     sweep = raw.get("sweep") or {}
     base = {k: v for k, v in raw.items() if k not in ("sweep", "claims")}
     grid = sweep.get("grid") or {}
+    _check_size(grid, sweep.get("variants") or [{}], source)
     labels = {key: axis_labels(values) for key, values in grid.items()}
     # Positions, not values, pick a point's labels: 1 and 1.0 are equal but two values of an axis.
     positions = list(itertools.product(*(range(len(values)) for values in grid.values()))) or [()]
@@ -94,6 +100,26 @@ def expand_variants(raw: dict[str, Any], source: str) -> dict[str, dict[str, Any
             preflight(validate_raw(variant, source=label), label)
             variants[slug] = variant
     return variants
+
+
+def _check_size(grid: dict[str, list[Any]], extras: list[dict[str, Any]], source: str) -> None:
+    """Refuse, before any variant is built, a sweep whose variants are no runs (an empty axis, a key
+    that changes the sweep itself) or more than `MAX_VARIANTS` of them: counted as the product of the
+    axes' lengths, never listed."""
+    for where, keys in [("sweep.grid", grid), *((f"sweep.variants.{i}", extra) for i, extra in enumerate(extras))]:
+        for key in keys:
+            if str(key).split(".", 1)[0] in ("sweep", "claims"):
+                raise ScenarioError(f"{source}: {where}: {key}: a variant is one run, which cannot change the "
+                                    f"sweep's own '{str(key).split('.', 1)[0]}' block")
+    for key, values in grid.items():
+        if not values:
+            raise ScenarioError(f"{source}: sweep.grid.{key}: an empty list leaves the sweep no variant; give at "
+                                "least one value or drop the key")
+    count = len(extras) * math.prod(len(values) for values in grid.values())
+    if count > MAX_VARIANTS:
+        axes = " x ".join([*(str(len(values)) for values in grid.values()), *([str(len(extras))] * (len(extras) > 1))])
+        raise ScenarioError(f"{source}: sweep: {axes} = {count} variants; a sweep runs at most {MAX_VARIANTS}, "
+                            "split it into several scenarios or shorten its grid")
 
 
 def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None) -> str:
@@ -130,7 +156,7 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
     sweep_run = _open_sweep_folder(run_dir, raw, overrides)  # locked: one sweep process at a time
     _interrupted.clear()
     try:
-        with interrupt_hook(_interrupt_variants):
+        with interrupt_hook(_interrupt_variants), sweep_tracking(sweep_run, scenario):  # MLflow's parent run
             _run_variants(sweep_run, variants, scenario, source, parallel, quiet)
     except KeyboardInterrupt:
         raise RunInterrupted(sweep_run.path) from None

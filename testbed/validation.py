@@ -10,7 +10,7 @@ from __future__ import annotations
 from testbed import kinds
 from testbed.engines.registry import preflight_engine
 from testbed.scenario import Scenario
-from testbed.tracking import check_trackers
+from testbed.trackers import check_trackers
 
 
 def preflight(scenario: Scenario, source: str) -> None:
@@ -18,4 +18,4 @@ def preflight(scenario: Scenario, source: str) -> None:
     runner = kinds.runner(scenario.kind)
     preflight_engine(scenario.engine, scenario.kind, runner.needs_one_of, source)
     runner.check(scenario, source)
-    check_trackers(list(scenario.report.trackers), source)
+    check_trackers(scenario.report, source)

@@ -44,9 +44,10 @@ import scipy.sparse as sp
 from scipy.special import digamma
 
 from ._checks import require_int
+from .abandonable import abandonable
 from .chebyshev import graph_term_rows, log_series, spectrum_interval
 from .errors import TopologyError
-from .spectral import SPARSE_SPECTRUM_FROM, spectral_gap
+from .spectral import SPARSE_SPECTRUM_FROM, is_sparse_enough, spectral_gap
 from .walks import validate_walk
 
 METHODS = ("closed_form", "finite_sum", "hitting_time")
@@ -112,7 +113,7 @@ def random_walk_graph_term(matrix, *, sources=None, method: str = "auto", tol: f
 
 def _chebyshev_is_cheaper(walk, rows: int, tol: float) -> bool:
     n = walk.shape[0]
-    if rows == n and (n < SPARSE_SPECTRUM_FROM or not sp.issparse(walk)):
+    if rows == n and (n < SPARSE_SPECTRUM_FROM or not is_sparse_enough(walk)):
         return False  # small or dense: the spectrum for K would already cost an eigendecomposition
     nnz = walk.nnz if sp.issparse(walk) else np.count_nonzero(walk)
     terms = log_series(*spectrum_interval(walk), tol).coefficients.size
@@ -129,7 +130,7 @@ def _graph_term_by_eigh(walk) -> np.ndarray:
     shifted += 1.0 / n
     shifted[np.diag_indices(n)] += 1.0
     # MRRR ("evr") needs O(n) workspace where divide-and-conquer needs 2 n^2, and was faster.
-    mu, phi = sla.eigh(shifted, overwrite_a=True, driver="evr", check_finite=False)
+    mu, phi = abandonable(sla.eigh, shifted, overwrite_a=True, driver="evr", check_finite=False)
     if mu.min() <= 0:
         raise TopologyError(
             f"I - W + 11^T/n is singular (eigenvalue {mu.min():.3g}); W is not ergodic"

@@ -96,8 +96,13 @@ def graph_term_rows(walk, sources: np.ndarray, tol: float) -> np.ndarray:
         block[chunk, np.arange(chunk.size)] = 1.0
         out[start:start + chunk.size] = _apply(csr, series, block).T
 
-    with ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1))
+    try:
         list(pool.map(rows, starts))
+    finally:
+        # Ctrl-C (or a failed block) while waiting: drop the blocks not started, or the pool would
+        # compute all of them (minutes at n = 4096) before the interrupt could propagate.
+        pool.shutdown(wait=True, cancel_futures=True)
     return out
 
 

@@ -13,38 +13,62 @@ Example (from ``scenarios/workloads/bisam.yaml``)::
           source: Table 1
           predicate: bisam.test_accuracy > sam.test_accuracy
 
+A block without ``paper`` holds a researcher's own hypotheses about their sweep ("my rule beats Krum
+under LIE by 2 points"): the same paired verdicts in the sweep's report, no quote or source needed,
+and never in ``docs/reproduction.md``.
+
 Torch-free (the scenario schema imports it); the checks that need the sweep's variants (every arm
 selects variants, one per seed) are in `testbed.claims.evaluate.check_claims`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from testbed.claims.expressions import ExpressionError, parse_comparison
+from testbed.claims.expressions import ExpressionError, parse_comparison, parse_expression
 from testbed.claims.papers import PAPERS
 from testbed.config import StrictModel
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 ARM_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DEFAULT_SEEDS = 5
+StatementType = Literal["claim", "setting", "ablation"]
+STATEMENT_TYPES: tuple[str, ...] = get_args(StatementType)  # the order the docs count them in
+
+
+def _parses_as_expression(text: str) -> str:
+    try:
+        parse_expression(text)
+    except ExpressionError as err:
+        raise ValueError(str(err)) from None
+    return text
+
+
+SecondaryText = Annotated[str, AfterValidator(_parses_as_expression)]
 
 
 class Statement(StrictModel):
-    """One of the paper's claims, checked as a predicate over the arms' per-seed final metrics.
+    """One claim (the paper's, or a researcher's own), checked as a predicate over the arms' per-seed
+    final metrics.
 
     ``predicate`` compares two expressions (``bisam.test_accuracy > sam.test_accuracy``,
     ``opt.sensor_error / kmeans.sensor_error < 0.5``); per seed its margin is left minus right
     (right minus left for ``<``), and the verdict is called on the interval of the margin's mean.
-    ``precondition`` has the same form and is checked on the mean over seeds: where it fails, the
-    setting cannot test the claim and the verdict is ``inconclusive``.
+    ``precondition`` has the same form and is checked over the same paired seeds: where it fails,
+    the setting cannot test the claim and the verdict is ``inconclusive``.
+
+    ``type`` keeps the counts honest: only a ``claim`` is something the paper (or the researcher)
+    asserts; a ``setting`` checks that the miniature behaves as the setting needs (attacks hurt
+    FedAvg), an ``ablation`` that a component of the method matters.
     """
 
     id: str = Field(pattern=ID_PATTERN, max_length=60)
-    quote: str = Field(min_length=1, description="the paper's sentence, with its number")
-    source: str = Field(min_length=1, description="where the paper says it: table, figure or section")
+    type: StatementType = Field("claim", description=(
+        "claim: the paper asserts it; setting: a check of the miniature's setting; ablation: a component matters"))
+    quote: str | None = Field(None, min_length=1, description="the paper's sentence, with its number")
+    source: str | None = Field(None, min_length=1, description="where the paper says it: table, figure or section")
     predicate: str
     precondition: str | None = None
     for_each: str | None = Field(None, description=(
@@ -52,6 +76,12 @@ class Statement(StrictModel):
         "its arms take, and holds only where it holds for each (an arm whose variants lack the key is "
         "shared by every value)"))
     condition: str | None = Field(None, description="the setting the statement is conditional on, in words")
+    deterministic: bool | None = Field(None, description=(
+        "the predicate's metrics do not depend on the seed (an accountant's output): the row is the exact "
+        "value, no interval; unset: the claims block's deterministic"))
+    secondary: list[SecondaryText] = Field(default_factory=list, description=(
+        "further values shown in the row as detail, each an expression over arm.metric (a metric "
+        "that restates the predicate's fact, e.g. 'packed.invented_rate - concat.invented_rate')"))
 
     @field_validator("for_each")
     @classmethod
@@ -83,7 +113,8 @@ class TestSize(StrictModel):
 class ClaimsConfig(StrictModel):
     """The claims a sweep scenario checks, and how their verdicts are called."""
 
-    paper: str = Field(description="the paper's id in testbed.claims.papers.PAPERS")
+    paper: str | None = Field(None, description=(
+        "the paper's id in testbed.claims.papers.PAPERS; unset: the researcher's own claims about this sweep"))
     arms: dict[str, dict[str, Any]] = Field(min_length=1, description=(
         "arm name -> dotted scenario keys and values; the arm is the variants whose scenario has them"))
     statements: list[Statement] = Field(min_length=1)
@@ -93,13 +124,14 @@ class ClaimsConfig(StrictModel):
     seeds: int = Field(DEFAULT_SEEDS, ge=1, description="paired seeds a verdict needs")
     fewer_seeds_because: str | None = Field(None, description=f"required when seeds < {DEFAULT_SEEDS}")
     deterministic: bool = Field(False, description=(
-        "the metrics do not depend on the seed (accounting): one seed gives the exact value, no interval"))
+        "the default of the statements' deterministic: the metrics do not depend on the seed (accounting), "
+        "so one seed gives the exact value, no interval"))
     test_size: TestSize = Field(default_factory=TestSize)
 
     @field_validator("paper")
     @classmethod
-    def _known_paper(cls, value: str) -> str:
-        if value not in PAPERS:
+    def _known_paper(cls, value: str | None) -> str | None:
+        if value is not None and value not in PAPERS:
             raise ValueError(f"unknown paper '{value}' (known: {', '.join(sorted(PAPERS))})")
         return value
 
@@ -124,4 +156,14 @@ class ClaimsConfig(StrictModel):
         ids = [s.id for s in self.statements]
         if len(set(ids)) != len(ids):
             raise ValueError(f"statements: ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+        if self.paper is not None:  # a paper's claim is published with the sentence it checks
+            for index, statement in enumerate(self.statements):
+                for name in ("quote", "source"):
+                    if getattr(statement, name) is None:
+                        raise ValueError(f"statements.{index}.{name}: required where the block names a paper "
+                                         f"('{self.paper}'); a block without paper holds your own claims")
         return self
+
+    def exact(self, statement: Statement) -> bool:
+        """Whether a statement's metrics are seed-independent: its own ``deterministic``, else the block's."""
+        return self.deterministic if statement.deterministic is None else statement.deterministic

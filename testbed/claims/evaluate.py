@@ -5,23 +5,43 @@ values at its keys; arms are paired by the variant's root ``seed``. A statement 
 is checked once per value of that key among the variants its arms select (each arm restricted to
 it; an arm whose variants lack the key, such as FedAvg without an attack, is shared by every
 group), and its verdict is the least favourable of its groups: ``not reproduced`` before
-``inconclusive``, ``pending``, ``tie``, ``reproduced``.
+``inconclusive``, ``pending``, ``tie``, ``reproduced`` (each called verdict after its borderline form).
+
+A precondition holds by the same rule as a predicate: where its interval lies above zero. Where it
+does not, the group is ``inconclusive``, and the predicate's own call is kept beside it, so that a
+result against the claim is never hidden behind the setting. `with_q_values` adjusts the called
+verdicts of many statements for multiple comparisons (Benjamini-Hochberg).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from testbed.claims.config import ClaimsConfig, Statement
-from testbed.claims.expressions import Comparison, parse_comparison
-from testbed.claims.statistics import INCONCLUSIVE, NOT_REPRODUCED, PENDING, REPRODUCED, TIE, Interval, paired_interval
+from testbed.claims.expressions import Comparison, Expression, parse_comparison, parse_expression
+from testbed.claims.statistics import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    NOT_REPRODUCED_BORDERLINE,
+    PENDING,
+    REPRODUCED,
+    REPRODUCED_BORDERLINE,
+    TIE,
+    Interval,
+    paired_interval,
+    q_values,
+    seeds_needed,
+)
 from testbed.errors import ScenarioError, did_you_mean
 
 _MISSING = object()
-SEVERITY = (NOT_REPRODUCED, INCONCLUSIVE, PENDING, TIE, REPRODUCED)
+SEVERITY = (NOT_REPRODUCED, NOT_REPRODUCED_BORDERLINE, INCONCLUSIVE, PENDING, TIE, REPRODUCED_BORDERLINE, REPRODUCED)
+BORDERLINE = {REPRODUCED: REPRODUCED_BORDERLINE, NOT_REPRODUCED: NOT_REPRODUCED_BORDERLINE}
+# The verdicts called on an interval, before and after adjustment: the rows a q-value adjusts.
+TESTABLE = (REPRODUCED, NOT_REPRODUCED, TIE, REPRODUCED_BORDERLINE, NOT_REPRODUCED_BORDERLINE)
 Variants = Mapping[str, Mapping[str, Any]]  # slug -> the variant's raw scenario
 Metrics = Mapping[str, Mapping[str, float]]  # slug -> its final metrics (completed variants only)
 
@@ -33,6 +53,25 @@ class Side:
     text: str
     left: float
     right: float
+    interval: Interval | None
+    margins: tuple[float, ...] = ()  # one per paired seed, positive where the comparison holds
+
+    @property
+    def favouring(self) -> int:
+        """How many paired seeds have a positive margin (favour the claim, for a predicate)."""
+        return sum(m > 0 for m in self.margins)
+
+    @property
+    def against(self) -> int:
+        """How many paired seeds have a negative margin."""
+        return sum(m < 0 for m in self.margins)
+
+
+@dataclass(frozen=True)
+class Detail:
+    """A statement's ``secondary`` expression over the same paired seeds: its mean and interval."""
+
+    text: str
     interval: Interval | None
 
 
@@ -46,6 +85,10 @@ class GroupVerdict:
     predicate: Side | None
     precondition: Side | None
     precondition_holds: bool | None
+    secondary: list[Detail] = field(default_factory=list)
+    predicate_verdict: str | None = None  # the predicate's own call, whatever the precondition says
+    seeds_needed: int | None = None  # for a tie: paired seeds for 80% power at the observed effect
+    q: float | None = None  # Benjamini-Hochberg q-value, once `with_q_values` has adjusted the verdict
 
 
 @dataclass(frozen=True)
@@ -128,6 +171,11 @@ def check_claims(claims: ClaimsConfig, variants: Variants, source: str) -> None:
             if unknown:
                 raise ScenarioError(f"{where}.{name}: unknown arm '{unknown[0]}'"
                                     f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
+        for detail, text in enumerate(statement.secondary):
+            unknown = sorted(parse_expression(text).arms() - set(claims.arms))
+            if unknown:
+                raise ScenarioError(f"{where}.secondary.{detail}: unknown arm '{unknown[0]}'"
+                                    f"{did_you_mean(unknown[0], claims.arms)} (arms: {', '.join(claims.arms)})")
         labels = groups(statement, variants, claims.arms)
         if statement.for_each is not None and not labels:
             raise ScenarioError(f"{where}.for_each: no variant the statement's arms select has "
@@ -150,6 +198,8 @@ def _arms_of(statement: Statement) -> list[str]:
     arms = parse_comparison(statement.predicate).arms()
     if statement.precondition:
         arms |= parse_comparison(statement.precondition).arms()
+    for text in statement.secondary:  # shown over the same paired seeds as the predicate
+        arms |= parse_expression(text).arms()
     return sorted(arms)
 
 
@@ -174,35 +224,86 @@ def _group(claims: ClaimsConfig, statement: Statement, index: int, label: str | 
                    if all(by_arm[arm][seed] in metrics for arm in arms))
     per_seed = [{arm: metrics[by_arm[arm][seed]] for arm in arms} for seed in seeds]
     where = f"{source}: claims.statements.{index}"
-    predicate = _side(parse_comparison(statement.predicate), per_seed, claims, f"{where}.predicate")
-    precondition = (_side(parse_comparison(statement.precondition), per_seed, claims, f"{where}.precondition")
+    exact = claims.exact(statement)
+    predicate = _side(parse_comparison(statement.predicate), per_seed, claims, exact, f"{where}.predicate")
+    precondition = (_side(parse_comparison(statement.precondition), per_seed, claims, exact, f"{where}.precondition")
                     if statement.precondition else None)
-    holds = None if precondition is None or not seeds else precondition_margin(precondition) > 0
-    if len(seeds) < need or predicate.interval is None:
+    details = [_detail(parse_expression(text), per_seed, claims, exact, f"{where}.secondary.{i}")
+               for i, text in enumerate(statement.secondary)]
+    holds = None if precondition is None else precondition_holds(precondition)
+    alone = predicate.interval.verdict() if predicate.interval is not None else None
+    if len(seeds) < need or alone is None:
         verdict = PENDING
     elif holds is False:
         verdict = INCONCLUSIVE
     else:
-        verdict = predicate.interval.verdict()
-    return GroupVerdict(label, verdict, seeds, predicate, precondition, holds)
+        verdict = alone
+    needed = seeds_needed(list(predicate.margins), claims.level) if verdict == TIE else None
+    return GroupVerdict(label, verdict, seeds, predicate, precondition, holds, details, alone, needed)
 
 
-def precondition_margin(side: Side) -> float:
-    """A precondition is checked on the mean over seeds (not on its interval): the margin of the means."""
-    return side.interval.mean if side.interval is not None else math.nan
+def precondition_holds(side: Side) -> bool | None:
+    """A precondition holds by the rule a statement is reproduced by: its interval lies above zero
+    (None where no interval could be had)."""
+    return None if side.interval is None else side.interval.verdict() == REPRODUCED
+
+
+def with_q_values(verdicts: Sequence[Sequence[Verdict]], rate: float) -> list[list[Verdict]]:
+    """The verdicts with a Benjamini-Hochberg q-value on every testable group (a ``tie``,
+    ``reproduced`` or ``not reproduced`` with a p-value: not an exact value), adjusted over all the
+    groups given; a called verdict whose q exceeds ``rate`` becomes borderline, and each statement's
+    verdict is again the least favourable of its groups'. Adjusting adjusted verdicts again (at any
+    rate) gives what adjusting the originals would: each group's call is its predicate's own."""
+    p_values = [_p_value(group) for found in verdicts for verdict in found for group in verdict.groups]
+    adjusted = iter(q_values([p for p in p_values if p is not None]))
+    in_order = iter([None if p is None else next(adjusted) for p in p_values])
+    return [[_adjusted(verdict, [next(in_order) for _ in verdict.groups], rate) for verdict in found]
+            for found in verdicts]
+
+
+def _adjusted(verdict: Verdict, qs: list[float | None], rate: float) -> Verdict:
+    groups = [_with_q(group, q, rate) for group, q in zip(verdict.groups, qs, strict=True)]
+    return replace(verdict, verdict=min((g.verdict for g in groups), key=SEVERITY.index, default=PENDING),
+                   groups=groups)
+
+
+def _p_value(group: GroupVerdict) -> float | None:
+    interval = group.predicate.interval if group.predicate is not None else None
+    if group.verdict not in TESTABLE or interval is None or math.isnan(interval.p):
+        return None
+    return interval.p
+
+
+def _with_q(group: GroupVerdict, q: float | None, rate: float) -> GroupVerdict:
+    if q is None or group.predicate_verdict is None:
+        return group
+    called = group.predicate_verdict
+    return replace(group, q=q, verdict=BORDERLINE.get(called, called) if q > rate else called)
 
 
 def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
-          where: str) -> Side:
-    for arm, metric in comparison.operands():
+          exact: bool, where: str) -> Side:
+    _reported(comparison.operands(), per_seed, where)
+    pairs = [comparison.values(metrics) for metrics in per_seed]
+    margins = [comparison.margin(metrics) for metrics in per_seed]
+    interval = paired_interval(margins, claims.level, claims.interval, exact)
+    left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
+    right = sum(p[1] for p in pairs) / len(pairs) if pairs else math.nan
+    return Side(comparison.text, left, right, interval, tuple(margins))
+
+
+def _detail(expression: Expression, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
+            exact: bool, where: str) -> Detail:
+    _reported(expression.operands(), per_seed, where)
+    values = [expression.value(metrics) for metrics in per_seed]
+    return Detail(expression.text, paired_interval(values, claims.level, claims.interval, exact))
+
+
+def _reported(operands: list[tuple[str, str]], per_seed: list[dict[str, Mapping[str, float]]], where: str) -> None:
+    """Refuse, naming the field, an operand whose arm does not report the metric."""
+    for arm, metric in operands:
         for metrics in per_seed:
             if metric not in metrics[arm]:
                 known = sorted(k for k, v in metrics[arm].items() if isinstance(v, int | float))
                 raise ScenarioError(f"{where}: arm '{arm}' reports no metric '{metric}'"
                                     f"{did_you_mean(metric, known)} (it reports: {', '.join(known)})")
-    pairs = [comparison.values(metrics) for metrics in per_seed]
-    margins = [comparison.margin(metrics) for metrics in per_seed]
-    interval = paired_interval(margins, claims.level, claims.interval, claims.deterministic)
-    left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
-    right = sum(p[1] for p in pairs) / len(pairs) if pairs else math.nan
-    return Side(comparison.text, left, right, interval)

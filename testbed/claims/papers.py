@@ -1,7 +1,9 @@
 """The table of papers whose claims the testbed checks: the row of each in ``docs/reproduction.md``.
 
 A scenario's ``claims.paper`` names one of these ids; ``testbed reproduce`` runs the scenarios listed
-here for a paper, in order, and writes the paper's table into its ``details`` file.
+here for a paper, in order, and writes the paper's table into its ``details`` file. A claims block
+without ``paper`` (a researcher's own hypotheses) is never listed here: it gets its verdicts in its
+sweep's report, and ``testbed reproduce`` refuses a listed scenario whose block names no paper.
 """
 
 from __future__ import annotations

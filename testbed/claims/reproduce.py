@@ -9,6 +9,12 @@ finished runs of an interrupted reproduce are kept); then the statements are eva
 ``docs/reproduction.md`` and the per-paper tables are written from the result files of every paper
 (so reproducing one paper rewrites only its rows).
 
+At full size the results are recorded from a clean tree only: with uncommitted changes reproduce
+refuses to run, and does not merge a run made on one, unless ``--allow-dirty`` (the record's commit
+then reads ``<commit>+dirty``). ``--check`` runs nothing by default: it lists the result files whose
+code fingerprint differs from HEAD's, and with ``--sample N`` re-runs a sample of each at HEAD and
+records "verified at <commit>" where the verdicts and numbers hold (`testbed.claims.check`).
+
 ``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
 seeds, writes its result files and docs under the runs folder (never the repository's docs) and
 checks that every predicate evaluates; its verdicts mean nothing.
@@ -23,12 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.claims import docs, results
+from testbed.claims import check, docs, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import Verdict, check_claims, evaluate, selects
 from testbed.claims.papers import PAPERS
 from testbed.errors import ScenarioError, UserError, did_you_mean
 from testbed.loading import apply_override, load_raw, validate_raw
+from testbed.provenance import source_commit
 
 # What --size test changes in every scenario of a kind, before the scenario's own claims.test_size.
 KIND_TEST_SIZE: dict[str, dict[str, Any]] = {
@@ -75,6 +82,9 @@ def load(root: Path, path: str, size: str) -> ScenarioClaims:
         raw = test_sized(raw, source)
     scenario = validate_raw(raw, source)
     assert scenario.claims is not None and scenario.sweep is not None  # the schema: claims need a sweep
+    if scenario.claims.paper is None:  # a researcher's own claims belong in their sweep's report
+        raise ScenarioError(f"{source}: claims.paper: required (testbed.claims.papers lists this scenario; only "
+                            "a paper's claims go into docs/reproduction.md)")
     variants = expand_variants(raw, source)
     check_claims(scenario.claims, variants, source)
     arms = scenario.claims.arms.values()
@@ -106,27 +116,47 @@ def result_path(root: Path, path: str, size: str, runs_dir: Path) -> Path:
     return base / path.replace(".yaml", ".json")
 
 
-def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: bool, quiet: bool,
-              parallel: int | None = None) -> list[str]:
-    """Run (unless ``run`` is False), collect, evaluate and write the docs; the lines to print."""
+def chosen_papers(papers: list[str]) -> list[str]:
+    """The papers asked for (all where none is), refusing an unknown one."""
     unknown = [p for p in papers if p not in PAPERS]
     if unknown:
         raise UserError(f"reproduce: unknown paper '{unknown[0]}'{did_you_mean(unknown[0], PAPERS)} "
                         f"(known: {', '.join(PAPERS)})")
-    chosen = papers or list(PAPERS)
+    return papers or list(PAPERS)
+
+
+def refuse_dirty(what: str) -> None:
+    """Refuse to record results from a tree with uncommitted changes: nobody could check out the code
+    that gave them."""
+    commit = source_commit()
+    if commit is not None and commit.endswith("+dirty"):
+        raise UserError(f"{what}: the testbed checkout has uncommitted changes (commit {commit}): commit them "
+                        "first, or pass --allow-dirty to record results marked '+dirty'")
+
+
+def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: bool, quiet: bool,
+              parallel: int | None = None, allow_dirty: bool = False) -> list[str]:
+    """Run (unless ``run`` is False), collect, evaluate and write the docs; the lines to print."""
+    chosen = chosen_papers(papers)
+    dirty_ok = allow_dirty or size == "test"  # the test size records nothing in the repository
+    if run and not dirty_ok:
+        refuse_dirty("reproduce")
     loaded = {paper: [load(root, path, size) for path in PAPERS[paper].scenarios] for paper in chosen}
+    refused: list[str] = []
     for paper in chosen:
         for item in loaded[paper]:
             if run:
                 _run(item, root, size, runs_dir, quiet, parallel)
-            collect(item, root, size, runs_dir)
+            refused += [f"not recorded: {item.path}: {slug}: run on a tree with uncommitted changes "
+                        "(--allow-dirty records it)" for slug in collect(item, root, size, runs_dir, dirty_ok)]
     shown = list(PAPERS) if size == "full" else chosen  # the repository's docs list every paper
     loaded = {paper: loaded.get(paper) or [load(root, path, size) for path in PAPERS[paper].scenarios]
               for paper in shown}
     tables = {paper: [_table_entry(item, root, size, runs_dir) for item in items] for paper, items in loaded.items()}
-    docs.write_docs(root / "docs" if size == "full" else runs_dir / "docs", tables, size)
-    return [f"{paper}: {verdict.statement.id}: {docs.verdict_summary(verdict)}{_numbers(verdict, item.claims.level)}"
-            for paper in chosen for item, verdicts, _ in tables[paper] for verdict in verdicts]
+    adjusted = docs.write_docs(root / "docs" if size == "full" else runs_dir / "docs", tables, size)
+    return refused + [f"{paper}: {verdict.statement.id}: {docs.verdict_summary(verdict)}"
+                      f"{_numbers(verdict, item.claims.level)}"
+                      for paper in chosen for item, verdicts, _ in adjusted[paper] for verdict in verdicts]
 
 
 def _numbers(verdict: Verdict, level: float) -> str:
@@ -161,16 +191,84 @@ def sweep_folder(item: ScenarioClaims, size: str, runs_dir: Path) -> Path:
     return runs_dir / size / item.path.replace(".yaml", "")
 
 
-def collect(item: ScenarioClaims, root: Path, size: str, runs_dir: Path) -> None:
+def collect(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, allow_dirty: bool = True) -> list[str]:
     """Merge the variants completed in the sweep folder (if there is one) into the result file, keeping
-    the records it has: an interrupted sweep's finished runs are kept, and a rerun changes no byte."""
+    the records it has: an interrupted sweep's finished runs are kept, and a rerun changes no byte.
+    Without ``allow_dirty`` a run made on a tree with uncommitted changes is left out: the slugs
+    left out."""
     result_file = result_path(root, item.path, size, runs_dir)
     old = results.read_results(result_file)
     kept = results.current(old, item.variants)
     folder = sweep_folder(item, size, runs_dir)
+    refused = []
     for slug in item.variants:
         record = results.record_of(folder / "variants" / slug, item.variants[slug]) if slug not in kept else None
-        if record is not None:
+        if record is not None and not allow_dirty and str(record["commit"]).endswith("+dirty"):
+            refused.append(slug)
+        elif record is not None:
             kept[slug] = record
     if kept != old:
         results.write_results(result_file, str(Path("scenarios") / item.path), kept)
+    return refused
+
+
+def check_results(root: Path, papers: list[str], size: str, runs_dir: Path, sample: int | None, quiet: bool,
+                  parallel: int | None = None, allow_dirty: bool = False) -> list[str]:
+    """``--check``: a line per result file of the papers (stale or current); with ``sample``, re-run a
+    sample of each stale one at HEAD and mark it verified where it holds. Writes no docs."""
+    chosen = chosen_papers(papers)
+    dirty_ok = allow_dirty or size == "test"
+    if sample is not None and not dirty_ok:
+        refuse_dirty("reproduce --check --sample")  # a verification names the commit it ran at
+    lines: list[str] = []
+    for paper in chosen:
+        for path in PAPERS[paper].scenarios:
+            lines += _check_file(load(root, path, size), root, size, runs_dir, sample, quiet, parallel, dirty_ok)
+    return lines
+
+
+def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sample: int | None, quiet: bool,
+                parallel: int | None, allow_dirty: bool) -> list[str]:
+    result_file = result_path(root, item.path, size, runs_dir)
+    shown = result_file.relative_to(root) if result_file.is_relative_to(root) else result_file
+    records = results.current(results.read_results(result_file), item.variants)
+    if not records:
+        return [f"not run: {shown} (testbed reproduce runs it)"]
+    stale = check.stale_records(records)
+    if not stale:
+        return [f"current: {shown}: {len(records)} variants, {results.provenance_line(records.values())}"]
+    drawn = check.draw_sample(records, item.variants, item.claims.arms, sample or 0, item.path)
+    lines = [f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); "
+             f"a sample of {len(drawn)} variants re-runs in about {check.duration(records, drawn)}, "
+             f"the whole file in {check.duration(records, list(records))}"]
+    if sample is None:
+        return lines
+    return lines + _verify(item, records, drawn, result_file, shown, size, runs_dir, quiet, parallel, allow_dirty)
+
+
+def _verify(item: ScenarioClaims, records: dict[str, dict[str, Any]], drawn: list[str], result_file: Path,
+            shown: Path, size: str, runs_dir: Path, quiet: bool, parallel: int | None, allow_dirty: bool) -> list[str]:
+    """Re-run the sample at HEAD, compare, and mark the file verified where it holds."""
+    from testbed.sweep import run_sweep
+
+    source = str(Path("scenarios") / item.path)
+    folder = runs_dir / "check" / size / item.path.replace(".yaml", "")
+    run_sweep(item.raw, validate_raw(item.raw, source), source, folder, quiet, only=set(drawn), parallel=parallel)
+    rerun = {slug: results.record_of(folder / "variants" / slug, item.variants[slug]) for slug in drawn}
+    missing = sorted(slug for slug, record in rerun.items() if record is None)
+    if missing:
+        return [f"  not checked: {shown}: {len(missing)} sampled variants did not complete ({missing[0]}, ...)"]
+    done = {slug: record for slug, record in rerun.items() if record is not None}
+    if not allow_dirty and check.stale_records(done):
+        return [f"  not checked: {shown}: the sample in {folder} ran on other code than HEAD's (remove it)"]
+    problems, largest, where = check.compare(item.claims, item.variants, records, done, source)
+    seeds = sorted({int(records[slug]["seed"]) for slug in drawn})
+    head = f"  re-ran {len(drawn)} variants (seeds {', '.join(map(str, seeds))}): largest relative difference " \
+           f"{largest:.2g} ({where})"
+    if problems:
+        return [f"{head}; does not hold (re-run it whole: remove {shown}, then testbed reproduce):",
+                *(f"    {problem}" for problem in problems)]
+    commit = source_commit() or "unknown"
+    results.write_results(result_file, source, {**results.read_results(result_file),
+                                                **check.mark_verified(records, done, item.variants, commit)})
+    return [f"{head}; every verdict holds, rows within {check.TOLERANCE:.0%}: verified at {commit}"]

@@ -2,24 +2,32 @@
 
 One JSON file per scenario (``docs/reproduction/results/<kind>/<name>.json``): for each variant,
 its seed, the hash of its scenario (engine block left out: the same scenario gives the same
-numbers on any engine), its final metrics (timings left out), its wall time and the commit that
-ran it. A record whose hash no longer matches the scenario is stale: it is not used, and the
-variant runs again. The file is written with sorted keys, so unchanged results give unchanged bytes.
+numbers on any engine), its final metrics (timings left out), its wall time, the commit that
+ran it (``+dirty``: with uncommitted changes) and its code fingerprint (`testbed.provenance`: the
+git ids of the testbed modules it imported, the versions of the distributions, the BLAS kernel;
+each distinct fingerprint is kept once, in the file's ``fingerprints`` table, and a record names
+it by its digest). A record whose hash no longer matches the scenario is stale: it is not used, and
+the variant runs again. A record whose fingerprint differs from what HEAD would run is out of date
+(`testbed reproduce --check`); a check that re-runs a sample of the file's variants and finds the
+same verdicts and numbers within its tolerance marks every record ``verified`` at its commit and
+moves its fingerprint to the one it was checked against. The file is written with sorted keys, so
+unchanged results give unchanged bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from testbed.provenance import fingerprint_digest
 from testbed.run import RunFolder, atomic_write
 
-FORMAT = 1
+FORMAT = 2  # 2: code fingerprints (format 1 files read as records without one)
 
 
 def variant_hash(raw: Mapping[str, Any]) -> str:
@@ -34,16 +42,34 @@ def is_timing(key: str) -> bool:
 
 
 def read_results(path: Path) -> dict[str, dict[str, Any]]:
-    """``{slug: record}`` from a result file (empty where there is none)."""
+    """``{slug: record}`` from a result file (empty where there is none), each record with its
+    whole fingerprint (not the digest the file names it by)."""
     if not path.is_file():
         return {}
     data = json.loads(path.read_text())
-    return dict(data.get("variants", {}))
+    table = data.get("fingerprints", {})
+    records = {slug: dict(record) for slug, record in data.get("variants", {}).items()}
+    for record in records.values():
+        if "fingerprint" in record:
+            record["fingerprint"] = table.get(record["fingerprint"])
+    return records
 
 
 def write_results(path: Path, scenario: str, records: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write a result file: each record naming its fingerprint by digest, the table of them once."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"format": FORMAT, "scenario": scenario, "variants": {k: records[k] for k in sorted(records)}}
+    table: dict[str, Any] = {}
+    variants: dict[str, Any] = {}
+    for slug in sorted(records):
+        record = dict(records[slug])
+        if record.get("fingerprint"):
+            digest = fingerprint_digest(record["fingerprint"])
+            table[digest] = record["fingerprint"]
+            record["fingerprint"] = digest
+        else:
+            record.pop("fingerprint", None)
+        variants[slug] = record
+    data = {"format": FORMAT, "scenario": scenario, "fingerprints": table, "variants": variants}
     atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
 
@@ -62,7 +88,26 @@ def record_of(folder: Path, raw: Mapping[str, Any]) -> dict[str, Any] | None:
                if isinstance(v, int | float) and not isinstance(v, bool) and not is_timing(k)}
     return {"seed": int(raw.get("seed", 0)), "config": variant_hash(raw), "final_metrics": metrics,
             "wall_s": round(float((summary.get("timings") or {}).get("wall_s", 0.0)), 1),
-            "commit": (summary.get("versions") or {}).get("testbed_commit", "unknown")}
+            "commit": (summary.get("versions") or {}).get("testbed_commit", "unknown"),
+            "fingerprint": summary.get("fingerprint")}
+
+
+def provenance_line(records: Iterable[Mapping[str, Any]]) -> str:
+    """Which clean commit produced or verified these rows (a paper's records): ``produced at commit
+    C``, ``verified at commit V`` (a re-run sample at V agreed: `testbed.claims.check`), ``produced or
+    verified at commit C``; or, where no one clean commit stands behind every record, the commits
+    they come from and how to fix it. The line each paper's page shows under its table."""
+    listed = list(records)
+    if not listed:
+        return "no rows recorded yet"
+    standing = {str(r.get("verified") or r.get("commit", "unknown")) for r in listed}
+    if len(standing) == 1 and not (commit := standing.pop()).endswith("+dirty") and commit != "unknown":
+        verified = sum(1 for r in listed if r.get("verified"))
+        how = "produced" if not verified else "verified" if verified == len(listed) else "produced or verified"
+        return f"every row {how} at commit {commit}"
+    produced = sorted({str(r.get("commit", "unknown")) for r in listed})
+    return (f"not produced or verified at one clean commit (runs from {', '.join(produced)}): "
+            "`testbed reproduce --check` lists what is out of date")
 
 
 def current(records: Mapping[str, Mapping[str, Any]], variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -12,25 +12,29 @@ from pathlib import Path
 from typing import Any
 
 from testbed.claims.config import ClaimsConfig
-from testbed.claims.evaluate import Verdict, evaluate
+from testbed.claims.evaluate import Side, Verdict, evaluate
 from testbed.claims.results import record_of
+from testbed.claims.statistics import Interval
 from testbed.run import RunFolder, atomic_write
 
 CLAIMS_FILE = "claims.json"
 
 
 def verdicts_json(verdicts: list[Verdict]) -> list[dict[str, Any]]:
-    """The verdicts as plain data: each statement, its verdict and every group's numbers."""
-    def side(s: Any) -> dict[str, Any] | None:
-        if s is None:
-            return None
-        interval = s.interval and {"mean": s.interval.mean, "low": s.interval.low, "high": s.interval.high,
-                                   "n": s.interval.n, "method": s.interval.method}
-        return {"text": s.text, "left": s.left, "right": s.right, "interval": interval}
+    """The verdicts as plain data: each statement (its type; its quote and source, None for a
+    researcher's own claim), its verdict and every group's numbers and secondary values."""
+    def interval(i: Interval | None) -> dict[str, Any] | None:
+        return None if i is None else {"mean": i.mean, "low": i.low, "high": i.high, "n": i.n, "method": i.method}
 
-    return [{"id": v.statement.id, "quote": v.statement.quote, "source": v.statement.source, "verdict": v.verdict,
+    def side(s: Side | None) -> dict[str, Any] | None:
+        return None if s is None else {"text": s.text, "left": s.left, "right": s.right,
+                                       "interval": interval(s.interval)}
+
+    return [{"id": v.statement.id, "type": v.statement.type, "quote": v.statement.quote,
+             "source": v.statement.source, "condition": v.statement.condition, "verdict": v.verdict,
              "groups": [{"group": g.group, "verdict": g.verdict, "seeds": g.seeds, "predicate": side(g.predicate),
-                         "precondition": side(g.precondition), "precondition_holds": g.precondition_holds}
+                         "precondition": side(g.precondition), "precondition_holds": g.precondition_holds,
+                         "secondary": [{"text": d.text, "interval": interval(d.interval)} for d in g.secondary]}
                         for g in v.groups]} for v in verdicts]
 
 

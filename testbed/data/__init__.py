@@ -1,5 +1,7 @@
-"""Datasets that work offline, registered by name in `DATASETS` (bundled) and `FILE_DATASETS`
-(local files); client partitions; the unlabelled public set for server-side methods.
+"""Datasets that work offline: every source a scenario can name is a `DataSource` class in
+`registered_sources()` (bundled sets, file formats, a user's table, image folder, .npz or saved
+Hugging Face dataset, ``testbed.datasets`` plugins); client partitions; the unlabelled public set
+for server-side methods.
 
 The names below are imported on first use (PEP 562), so that the scenario schema, which needs only
 `testbed.data.config`, does not load scikit-learn or torch.
@@ -14,9 +16,11 @@ _EXPORTS = {
     "testbed.data.datasets": ("DATASETS", "Dataset", "load_dataset", "train_test_split"),
     "testbed.data.files": ("FILE_DATASETS", "load_cifar10", "load_dataset_from", "load_fashion_mnist", "load_femnist",
                            "load_femnist_with_writers"),
-    "testbed.data.partition": ("DirichletPartition", "IidPartition", "PartitionConfig", "PartitionError",
-                               "PathologicalPartition", "ShardPartition", "SizePartition", "label_histograms",
-                               "partition_indices"),
+    "testbed.data.partition": ("DirichletPartition", "IidPartition", "NaturalPartition", "PartitionConfig",
+                               "PartitionError", "PathologicalPartition", "ShardPartition", "SizePartition",
+                               "label_histograms", "partition_indices"),
+    "testbed.data.base": ("DataSource", "SourceError"),
+    "testbed.data.sources": ("registered_sources",),
     "testbed.data.select": ("check_data_selection", "load_selected"),
     "testbed.data.public": ("PUBLIC_SETS", "augment_views", "public_images"),
     "testbed.data.config": ("DataConfig", "PublicDataConfig"),

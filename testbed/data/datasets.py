@@ -25,10 +25,23 @@ class Dataset:
     y: np.ndarray
     num_classes: int
     image_shape: tuple[int, ...] | None  # (channels, height, width) for image data, else None
+    # Per sample, where a source has them: the owner (a FEMNIST writer, a table's group column) as
+    # 0..K-1 for natural partitions; whether the source itself put the sample in its test split;
+    # the codes (-1: missing) of categorical columns, one-hot encoded by `train_test_split` with the
+    # training split's categories only.
+    groups: np.ndarray | None = None
+    is_test: np.ndarray | None = None
+    categories: np.ndarray | None = None
 
     @property
     def num_features(self) -> int:
         return int(np.prod(self.x.shape[1:]))
+
+    def subset(self, index: np.ndarray) -> Dataset:
+        """The samples at ``index`` (an index or boolean mask), with their per-sample facts."""
+        pick = lambda values: None if values is None else values[index]
+        return Dataset(self.name, self.x[index], self.y[index], self.num_classes, self.image_shape,
+                       pick(self.groups), pick(self.is_test), pick(self.categories))
 
 
 def _digits() -> Dataset:
@@ -116,19 +129,39 @@ def load_dataset(name: str) -> Dataset:
 
 
 def train_test_split(data: Dataset, test_fraction: float, seed: int) -> tuple[Dataset, Dataset]:
-    """A stratified split; tabular features are standardised with the training statistics."""
+    """A stratified split (or the source's own, where it marks its test samples); tabular features
+    are standardised, and categorical codes one-hot encoded, with the training split's statistics."""
+    if data.is_test is not None:
+        train_idx, test_idx = np.flatnonzero(~data.is_test), np.flatnonzero(data.is_test)
+    else:
+        train_idx, test_idx = _stratified(data, test_fraction, seed)
+    train, test = data.subset(train_idx), data.subset(test_idx)
+    x_train, x_test = train.x, test.x
+    if data.image_shape is None:
+        mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-8
+        x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+    if data.categories is not None:
+        x_train, x_test = _one_hot(train.categories, x_train), _one_hot(test.categories, x_test, train.categories)
+    part = lambda d, x: Dataset(d.name, x.astype(np.float32), d.y, d.num_classes, d.image_shape, d.groups)
+    return part(train, x_train), part(test, x_test)
+
+
+def _stratified(data: Dataset, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     problem = split_problem(len(data.y), len(np.unique(data.y)), test_fraction)
     if problem is not None:
         from testbed.data.partition import PartitionError
 
         raise PartitionError(problem)
-    index = np.arange(len(data.y))
     from sklearn.model_selection import train_test_split as sk_split
 
-    train_idx, test_idx = sk_split(index, test_size=test_fraction, random_state=seed, stratify=data.y)
-    x_train, x_test = data.x[train_idx], data.x[test_idx]
-    if data.image_shape is None:
-        mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 1e-8
-        x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
-    part = lambda x, idx: Dataset(data.name, x.astype(np.float32), data.y[idx], data.num_classes, data.image_shape)
-    return part(x_train, train_idx), part(x_test, test_idx)
+    index = np.arange(len(data.y))
+    return sk_split(index, test_size=test_fraction, random_state=seed, stratify=data.y)
+
+
+def _one_hot(codes: np.ndarray | None, x: np.ndarray, train_codes: np.ndarray | None = None) -> np.ndarray:
+    """``x`` with one 0/1 column per category the training split holds (``train_codes``, or
+    ``codes`` themselves for the training split): a category seen only in testing is all zeros."""
+    assert codes is not None
+    known = codes if train_codes is None else train_codes
+    columns = [codes[:, [j]] == np.unique(known[:, j][known[:, j] >= 0])[None, :] for j in range(codes.shape[1])]
+    return np.concatenate([x.reshape(len(x), -1), *columns], axis=1).astype(np.float32)

@@ -1,6 +1,6 @@
 """Split a labelled training set over N federated clients, IID or non-IID.
 
-Five schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
+Six schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
 returns one sorted int64 index array per client, deterministic for the numpy Generator passed in
 (the root seed's ``data.partition`` stream):
 
@@ -17,6 +17,8 @@ returns one sorted int64 index array per client, deterministic for the numpy Gen
 - ``size``: quantity skew, as flwr-datasets' Linear, Square and Exponential partitioners: client i
   (from 0) gets a share proportional to f(i + 1) with f(x) = x, x^2 or e^x, rounded down, the
   remainder to the last client; the samples themselves are drawn IID.
+- ``natural``: one client per owner of the data (FEMNIST writers, a table's group column), as
+  flwr-datasets' ``NaturalIdPartitioner``; no randomness.
 
 flwr-datasets itself is not a dependency: its partitioners need a Hugging Face ``datasets.Dataset``,
 and flwr-datasets 0.6 pins ``datasets < 5``, which would downgrade ``huggingface_hub`` and ``fsspec``
@@ -90,8 +92,17 @@ class SizePartition(StrictModel):
     sizes: Literal["linear", "square", "exponential"] = Field("linear", description="f(x) = x, x^2 or e^x")
 
 
+class NaturalPartition(StrictModel):
+    """One client per owner of the data, as flwr-datasets' NaturalIdPartitioner: a FEMNIST writer,
+    the value of a table's group column; ``data.num_clients`` must equal the number of owners."""
+
+    type: Literal["natural"] = "natural"
+    column: str | None = Field(None, description="the column naming each sample's owner (tables, Hugging Face "
+                                                 "datasets); default: the source's own owner")
+
+
 PartitionConfig = Annotated[
-    Union[IidPartition, DirichletPartition, ShardPartition, PathologicalPartition, SizePartition],
+    Union[IidPartition, DirichletPartition, ShardPartition, PathologicalPartition, SizePartition, NaturalPartition],
     Field(discriminator="type"),
 ]
 
@@ -243,8 +254,11 @@ def partition_pathological(labels: np.ndarray, num_clients: int, rng: np.random.
     return _sorted_int64(parts)
 
 
+# Each client's relative size f(i), up to a common factor: the exponential's is e^(i - N), the same
+# shares as e^i without its overflow past 709 clients (the first clients' shares then underflow to
+# zero, and `partition_size` refuses them in one line).
 SIZE_FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "linear": lambda x: x, "square": np.square, "exponential": np.exp,
+    "linear": lambda x: x, "square": np.square, "exponential": lambda x: np.exp(x - x[-1]),
 }
 
 
@@ -277,9 +291,26 @@ PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
 }
 
 
+def partition_natural(labels: np.ndarray, num_clients: int, groups: np.ndarray | None) -> list[np.ndarray]:
+    """Client i holds the samples of owner i (owners are numbered 0..K-1 by the data source)."""
+    labels = _check_inputs(labels, num_clients)
+    if groups is None:
+        raise PartitionError("data.partition.type: 'natural' needs owners: a FEMNIST folder, or a table or "
+                             "Hugging Face dataset with data.group or data.partition.column")
+    owners = np.unique(groups)
+    if len(owners) != num_clients:
+        raise PartitionError(f"data.num_clients: {num_clients} clients but the training split has {len(owners)} "
+                             f"owners; set data.num_clients: {len(owners)} for a natural partition")
+    # Renumbered in order: an owner whose samples all fell into the test split leaves no gap.
+    return _sorted_int64([np.flatnonzero(groups == owner) for owner in owners])
+
+
 def partition_indices(labels: np.ndarray, num_clients: int, config: PartitionConfig,
-                      rng: np.random.Generator) -> list[np.ndarray]:
-    """Split sample indices over ``num_clients`` clients by the scheme ``config`` names."""
+                      rng: np.random.Generator, groups: np.ndarray | None = None) -> list[np.ndarray]:
+    """Split sample indices over ``num_clients`` clients by the scheme ``config`` names (``groups``:
+    each sample's owner, which only ``natural`` reads)."""
+    if config.type == "natural":
+        return partition_natural(labels, num_clients, groups)
     return PARTITIONERS[config.type](labels, num_clients, config, rng)
 
 

@@ -192,6 +192,11 @@ class DecentralizedConfig(StrictModel):
             return ()
         return tuple(self.algorithm) if isinstance(self.algorithm, list) else (self.algorithm,)
 
+    def steps_field(self, algorithm: str) -> str:
+        """The field that sets ``algorithm``'s steps: its own block's override, or the top-level one."""
+        override = getattr(self, algorithm).steps is not None
+        return f"decentralized.{algorithm}.steps" if override else "decentralized.steps"
+
     def phase(self, algorithm: str) -> PhaseSettings:
         """The loop settings of one algorithm, its overrides applied."""
         block: PhaseOverrides = getattr(self, algorithm)

@@ -77,6 +77,7 @@ def _unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None) -> pr
 def plan(problem: Problem, settings: PhaseSettings, source: str) -> privacy.PrivacyPlan:
     """The privacy plan of one algorithm (sigma, stopping step); a `ScenarioError` if impossible."""
     config = problem.config
+    _check_accountant_cost(problem, settings, source)
     try:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # an extreme sigma: refused below
             return privacy.make_plan(settings.algorithm, unit_rho(problem, settings), settings.steps, config.sigma,
@@ -88,6 +89,19 @@ def plan(problem: Problem, settings: PhaseSettings, source: str) -> privacy.Priv
             raise ScenarioError(f"{source}: decentralized.{message}") from None
         field = "decentralized.sigma" if config.sigma is not None else "decentralized.privacy.target_epsilon"
         raise ScenarioError(f"{source}: {field}: no privacy plan for {settings.algorithm} ({message})") from None
+
+
+def _check_accountant_cost(problem: Problem, settings: PhaseSettings, source: str) -> None:
+    """Refuse, before anything is allocated, an accountant too large for this machine (`privacy.accountant_cost`)."""
+    config, walk, algorithm = problem.config, problem.walk, settings.algorithm
+    accounting = config.random_walk.accounting
+    translated = (algorithm == "random_walk" and accounting == "network"
+                  and row_symmetry(problem.graph, walk) is not None)
+    rounds = structure(config, walk, settings.steps)[1] if algorithm == "gossip" else 1
+    error = privacy.accountant_cost_error(algorithm, accounting, problem.n, problem.graph.number_of_edges(),
+                                          settings.steps, rounds, translated)
+    if error is not None:
+        raise ScenarioError(f"{source}: {config.steps_field(algorithm)}: {error}")
 
 
 def phase_args(settings: PhaseSettings, the_plan: privacy.PrivacyPlan) -> PhaseArgs:

@@ -38,6 +38,52 @@ from testbed.decentralized.audit import message_polynomials, senders
 from testbed.topologies import linear_rdp_to_dp, max_valid_order
 from testbed.topologies.symmetry import Difference, full_matrix
 
+# What one algorithm's accountant may cost. It runs before anything trains, in `testbed validate`
+# and again at the start of the run, so it must fit in this machine's memory and in the minute a
+# validate may take; the estimate is made before anything is allocated (1e9 walk steps asked for
+# 7.45 GiB at once). The per-step time and the rate of the products were measured on this
+# project's CI machine (2 busy cores): about 50 us a walk step at n = 8, 0.6 ms a gossip iteration
+# of 3 rounds, 0.6 ms a walk step at n = 128, and some 20 us a step for the epsilon curve of a
+# calibrated sigma; the estimate stays within a factor 2 of the time measured.
+MAX_ACCOUNTANT_BYTES = 1 << 30
+MAX_ACCOUNTANT_SECONDS = 30.0
+CURVE_SECONDS = 20e-6  # a step of the epsilon curve (calibrating sigma converts it some 40 times)
+STEP_SECONDS = 50e-6  # a step's numpy calls (a gossip iteration pays them three times a round)
+FLOP_SECONDS = 2e-9  # a floating-point operation of a step's matrix products
+STEP_BYTES = 160  # the per-step arrays: the maximum, its pair, the local ceiling, the epsilon curves
+
+
+def accountant_cost(algorithm: str, accounting: str, n: int, edges: int, steps: int, rounds: int,
+                    translated: bool) -> tuple[float, float]:
+    """(bytes, seconds): what the accountant of ``algorithm`` would take over ``steps`` steps on a
+    graph of ``n`` nodes and ``edges`` edges (``translated``: the walk's symmetry shortcut applies,
+    `walk_unit_rho`), estimated from its loops without running them."""
+    public = algorithm == "local_dp" or (algorithm == "random_walk" and accounting == "local")
+    if public:
+        flops, matrices, calls = 0, 0, 0
+    elif algorithm == "random_walk" and accounting == "network" and translated:
+        flops, matrices, calls = 4 * (n + edges), 2, 1  # a row, not a matrix, a step
+    elif algorithm == "random_walk":  # a sparse product with an n x n array, then its running sum
+        flops, matrices, calls = 2 * n * edges + 4 * n * n, 3, 1
+    else:  # gossip: each round a sparse product and the messages' shares, then the received sums
+        flops, matrices, calls = (rounds + 1) * (2 * n * edges + 6 * n * n), 6, 3 * (rounds + 1)
+    size = steps * STEP_BYTES + matrices * n * n * 8
+    return float(size), steps * (CURVE_SECONDS + calls * STEP_SECONDS + flops * FLOP_SECONDS)
+
+
+def accountant_cost_error(algorithm: str, accounting: str, n: int, edges: int, steps: int, rounds: int,
+                          translated: bool) -> str | None:
+    """Why the accountant of `accountant_cost` cannot run here (None if it can)."""
+    size, seconds = accountant_cost(algorithm, accounting, n, edges, steps, rounds, translated)
+    what = f"{steps} steps of the {algorithm} accountant on {n} nodes"
+    if size > MAX_ACCOUNTANT_BYTES:
+        return (f"{what} would need about {size / 2**30:.3g} GiB of memory; at most "
+                f"{MAX_ACCOUNTANT_BYTES / 2**30:g} GiB are allowed, so use fewer steps")
+    if seconds > MAX_ACCOUNTANT_SECONDS:
+        return (f"{what} would take about {seconds:.3g} s before training starts (and again in validate); "
+                f"at most {MAX_ACCOUNTANT_SECONDS:g} s are allowed, so use fewer steps or a smaller graph")
+    return None
+
 
 @dataclass
 class UnitRho:

@@ -113,7 +113,7 @@ def build_problem(scenario_data: dict, with_data: bool = True) -> Problem:
     full = load_selected(scenario.data)
     train, test = train_test_split(full, scenario.data.test_fraction, seeds.integer("data.split"))
     parts = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
-                              seeds.numpy("data.partition"))
+                              seeds.numpy("data.partition"), groups=train.groups)
     features = train.num_features
     spec = ModelSpec(config.model.arch, features, full.num_classes, config.model.hidden)
     data = _pad(train.x.reshape(len(train.y), features), train.y, parts)

@@ -9,13 +9,14 @@ order of a run.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from testbed.decentralized import comparison, driver
 from testbed.decentralized.config import BASELINE
 from testbed.decentralized.privacy import PrivacyPlan
 from testbed.decentralized.problem import build_graph, build_problem
-from testbed.errors import ScenarioError
+from testbed.errors import ScenarioError, UserError
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 from testbed.topologies import TopologyError
@@ -97,6 +98,7 @@ class DecentralizedRunner(Runner):
             while step < args.stop:
                 stop = min((step // settings.checkpoint_every + 1) * settings.checkpoint_every, args.stop)
                 state, records = run_chunk(args, state, step, stop)
+                _check_finite(ctx, problem.config, algorithm, records, state, stop)  # before it is checkpointed
                 for metrics in records:
                     ctx.log_metrics(driver.record(name, metrics, plan))
                 saved.update(phase=name, step=stop, state=state)
@@ -112,6 +114,29 @@ class DecentralizedRunner(Runner):
         ctx.run.save_checkpoint(offset + settings.steps + 1, {"progress": driver.pack(saved)})
 
 
+def _check_finite(ctx: RunContext, config, algorithm: str, records: list[dict], state: dict, stop: int) -> None:
+    """Stop a phase whose models became infinite or NaN after the chunk that ends at step ``stop`` (a
+    step size too large): every later step would be wasted on NaNs. Names the step of the first
+    non-finite loss and the first node whose model is non-finite; the checkpoints written so far are
+    from before it."""
+    bad = next(((metrics["step"], key, value) for metrics in records for key, value in metrics.items()
+                if "loss" in key and isinstance(value, float) and not math.isfinite(value)), None)
+    models = state.get("params", state.get("token"))
+    rows = models.reshape(-1, models.shape[-1]) if models is not None else None
+    broken = [] if rows is None else (~rows.isfinite().all(dim=1)).nonzero().flatten().tolist()
+    if bad is None and not broken:
+        return
+    what = [f"at step {bad[0]} ({bad[1]} = {bad[2]})" if bad is not None else f"by step {stop}"]
+    if broken and rows is not None and len(rows) > 1:
+        what.append(f"on node {broken[0]}, whose model is not finite")
+    field = f"decentralized.{algorithm}.lr" if getattr(config, algorithm).lr is not None else "decentralized.lr"
+    run = ctx.run
+    kept = (f"; the checkpoints up to step {run.latest_step} in {run.path} are from before it"
+            if run.has_checkpoint else "")
+    raise UserError(f"{ctx.source or run.config_path}: {field}: {algorithm} diverged {' '.join(what)}; "
+                    f"lower the step size{kept}")
+
+
 def _phases(config, plans: dict) -> list[tuple[str, str, PrivacyPlan | None]]:
     """(phase name, algorithm, privacy plan) in training order: the private algorithms, then their
     noise-free arms (plan None) when ``privacy.non_private_baseline`` asks for them."""
@@ -125,6 +150,9 @@ def _check_training(scenario: Scenario, source: str, n: int) -> None:
     """What training needs: one data shard per graph node, a valid audit source, enough nodes."""
     config = scenario.decentralized
     assert config is not None  # DecentralizedRunner.check requires the block
+    if scenario.data.replicate != 1:  # each node's shard is its own data, never repeated
+        raise ScenarioError(f"{source}: data.replicate: {scenario.data.replicate} copies are not made by kind "
+                            "'decentralized' (each node trains on its own shard); remove it")
     if scenario.data.num_clients != n:
         raise ScenarioError(f"{source}: data.num_clients: {scenario.data.num_clients}, but the topology "
                             f"'{config.topology.name}' has {n} nodes; set data.num_clients: {n}")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from testbed.cluster.addresses import check_ray_address
+from testbed.console import divert_ray_workers
 from testbed.engines.base import ActorGroup, Engine, InProcessEngine, PlacementEngine
 from testbed.engines.config import LocalEngineConfig, RayEngineConfig
 from testbed.engines.jobs import DistributedProgram, Job
@@ -69,6 +70,7 @@ class _RayEngine(Engine):
         os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
         ray.init(**self._init_args(), logging_level=logging.ERROR, log_to_driver=not self.quiet,
                  configure_logging=True)
+        divert_ray_workers()  # into the run's log, unless --verbose
         self._owns_ray = True
         # Described now: components that drive Ray themselves (Flower) shut it down when they finish.
         nodes = [n for n in ray.nodes() if n.get("Alive")]

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from testbed.errors import ScenarioError, did_you_mean, shorten
+from testbed.errors import ScenarioError, UserError, did_you_mean, shorten
 from testbed.run import RunFolder
 from testbed.runner import RunContext
 from testbed.scenario import Scenario
@@ -105,6 +105,10 @@ def run_baselines(ctx: RunContext, run_one: Callable[[RunContext], dict[str, Any
 def _run_one_baseline(ctx: RunContext, scenario: Scenario, name: str,
                       run_one: Callable[[RunContext], dict[str, Any]]) -> dict[str, Any]:
     path = ctx.run.path / BASELINES_DIR / name
+    for folder in (path.parent, path):
+        if folder.is_symlink():  # nothing a run reads or removes may lead out of its folder
+            raise UserError(f"{folder}: a symbolic link, not the run's own baseline folder; the run folder was "
+                            f"altered: remove the link, and 'testbed resume' runs what is missing again")
     if path.is_dir() and not RunFolder(path).config_path.is_file():
         shutil.rmtree(path)  # a crash while the folder was being made: nothing was run in it yet
     if RunFolder(path).config_path.is_file():
@@ -117,7 +121,8 @@ def _run_one_baseline(ctx: RunContext, scenario: Scenario, name: str,
     else:
         run = RunFolder.create(path, scenario.model_dump(mode="json"))
     try:
-        child = RunContext(scenario, run, ctx.engine, ctx.progress, run.append_metrics, ctx.source)
+        child = RunContext(scenario, run, ctx.engine, ctx.progress.for_arm(f"baseline {name}"), run.append_metrics,
+                           ctx.source)
         ctx.engine.start()  # Flower's simulation shuts Ray down as it returns: connect again
         started = time.perf_counter()
         final = run_one(child)

@@ -147,7 +147,7 @@ def _check_attack(attack, registry: dict, source: str) -> None:
                                            extra_keys=("name", "fraction", "threat_model"))) from None
     try:
         check_attack_values(attack.name, attack.params)
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:  # a value out of range, whichever way the attack says so
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         field = message.split(":", 1)[0]
         named = field.split("/")[0] in config.model_fields

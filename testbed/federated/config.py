@@ -77,6 +77,14 @@ class SamplingConfig(StrictModel):
         return self.per_round(num_clients) / num_clients
 
 
+# The noise multipliers opacus' RDP accountant computes, measured on opacus 1.6 for sampling rates
+# 1e-6..1: below ~1e-150 z^2 underflows (a ZeroDivisionError at q = 1, an endless series below), above
+# ~1e7 its log-space subtraction fails (ValueError) and from ~1e3 one subsampled round's RDP takes
+# seconds; at z = 100 epsilon is already at the floor log(1/delta)/62 that opacus' orders allow.
+# 1e-6 (no noise to speak of) and 100 are far beyond any DP experiment.
+NOISE_RANGE = (1e-6, 100.0)
+
+
 class PrivacyConfig(StrictModel):
     """``federated.privacy``: which of Flower's DP mechanisms, its noise and clipping, the budget
     (the accountant and the mechanisms: `testbed.federated.privacy`, `testbed.federated.dp`)."""
@@ -93,6 +101,15 @@ class PrivacyConfig(StrictModel):
         None, gt=0, description="adaptive: noise on the clipped count; default clients per round / 20")
     delta: float = Field(1e-5, gt=0, lt=1)
     target_epsilon: float | None = Field(None, gt=0, description="stop before a round would exceed it")
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _accountable(cls, value: float) -> float:
+        if not NOISE_RANGE[0] <= value <= NOISE_RANGE[1]:
+            raise ValueError(f"{value:g} is outside [{NOISE_RANGE[0]:g}, {NOISE_RANGE[1]:g}], the range opacus' RDP "
+                             "accountant computes (beyond 100 epsilon no longer falls: it is at its floor for "
+                             "opacus' orders)")
+        return value
 
     @model_validator(mode="after")
     def _local_is_fixed(self) -> PrivacyConfig:
@@ -168,7 +185,8 @@ class RFAConfig(StrictModel):
 class FedAvgMConfig(StrictModel):
     """FedAvg with server momentum (Hsu et al. 2019), Flower's FedAvgM."""
 
-    server_learning_rate: float = Field(1.0, gt=0)
+    server_learning_rate: float = Field(1.0, gt=0, le=1e3, description="server step size (<= 1e3: a larger "
+                                        "one only overflows the model)")
     server_momentum: float = Field(0.0, ge=0, lt=1)
 
 
@@ -176,7 +194,8 @@ class FedAdagradConfig(StrictModel):
     """Adaptive server optimizers of Reddi et al. 2021 (Flower's FedOpt family). Flower's ``eta_l``
     (the clients' learning rate) only appears in its log; the workload's own ``lr`` trains."""
 
-    eta: float = Field(0.1, gt=0, description="server learning rate")
+    eta: float = Field(0.1, gt=0, le=1e3, description="server learning rate (<= 1e3: Reddi et al. tune it over "
+                                                       "10^-3..10^1; larger only overflows the model)")
     tau: float = Field(1e-3, gt=0, description="added to the root of the second moment (adaptivity)")
 
 
@@ -186,7 +205,7 @@ class FedAdamConfig(FedAdagradConfig):
 
 
 class FedYogiConfig(FedAdamConfig):
-    eta: float = Field(0.01, gt=0, description="server learning rate (Flower's FedYogi default)")
+    eta: float = Field(0.01, gt=0, le=1e3, description="server learning rate (Flower's FedYogi default)")
 
 
 class FedProxConfig(StrictModel):
@@ -200,7 +219,8 @@ class FedProxConfig(StrictModel):
 class QFedAvgConfig(StrictModel):
     """q-FedAvg (Li et al. 2020, fair resource allocation): clients with a higher training loss weigh more."""
 
-    q: float = Field(0.1, ge=0, description="fairness; 0 is FedAvg")
+    q: float = Field(0.1, ge=0, le=100, description="fairness; 0 is FedAvg (<= 100: Li et al. use q <= 15, and "
+                                                      "loss^q overflows float32 updates soon after)")
     client_learning_rate: float | None = Field(
         None, gt=0, description="the clients' learning rate, from which the rule estimates the Lipschitz constant "
                                 "L = 1/lr; default: the workload's lr")

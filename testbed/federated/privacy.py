@@ -27,6 +27,9 @@ between the update and the clipped count). The noise is calibrated to the unifor
 updates, so the clients are weighted equally (not by example counts), and only mean-based rules keep
 the guarantee. Local DP: every client's release is a Gaussian mechanism of multiplier z, seen by the
 server with its sender, so q = 1 (no amplification) over every round; any rule is post-processing.
+The run steps its accountant (`RoundAccountant`) once per round, each round adding the same RDP
+as opacus' ``RDPAccountant`` composes equal steps (the same floats), and finds the last round a
+target allows by bisection: no cost grows with the rounds already run.
 
 A caveat of Flower 1.42's adaptive clipping, used here as it is: its wrappers and
 ``adaptiveclipping_mod`` count the *clipped* updates (``norm_bit``) where Andrew et al.'s b counts
@@ -36,6 +39,11 @@ privacy accounting does not depend on it (the noise multiplier is the same at an
 """
 
 from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from testbed.federated.config import FederatedConfig, PrivacyConfig
 
@@ -56,29 +64,78 @@ def clients_per_round(federated: FederatedConfig, num_clients: int) -> int:
     return num_clients if sampling is None else int(sampling.per_round(num_clients))
 
 
-def epsilon_curve(config: PrivacyConfig, q: float, rounds: int) -> list[float]:
-    """Epsilon at ``config.delta`` after rounds 1..``rounds``: RDP of the sampled Gaussian mechanism
-    (opacus), composed over rounds, converted at opacus' default orders."""
+def _rdp():
+    """opacus' RDP analysis (the accountant's own functions), or the extra to install."""
     try:
         from opacus.accountants import RDPAccountant
         from opacus.accountants.analysis import rdp
     except ImportError:
         raise ImportError("federated.privacy needs opacus: pip install 'testbed[privacy]'") from None
-    orders = RDPAccountant.DEFAULT_ALPHAS
-    q = 1.0 if config.mode == "local" else q
-    one = rdp.compute_rdp(q=q, noise_multiplier=config.noise_multiplier, steps=1, orders=orders)
-    return [float(rdp.get_privacy_spent(orders=orders, rdp=one * r, delta=config.delta)[0])
-            for r in range(1, rounds + 1)]
+    return RDPAccountant.DEFAULT_ALPHAS, rdp
+
+
+@contextmanager
+def _warnings_logged() -> Iterator[None]:
+    """opacus warns when the best order is at an end of its range (a very large or small noise
+    multiplier): advice for its users, not a failure. Send it to the "opacus" logger at INFO, which
+    a run appends to its log.txt (`testbed.console`) and `testbed validate` keeps off the console."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        logging.getLogger("opacus").info("%s", warning.message)
+
+
+class RoundAccountant:
+    """Epsilon of a federated run, composed one round at a time: each round is one sampled Gaussian
+    mechanism whose RDP (at opacus' default orders) is computed once and added per round, as opacus'
+    ``RDPAccountant.step`` merges equal steps (``compute_rdp(steps=r)`` is the one-step RDP times r),
+    so a round costs one conversion, not the whole history."""
+
+    def __init__(self, config: PrivacyConfig, q: float, rounds: int = 0):
+        self.orders, self._analysis = _rdp()
+        self.delta, self.rounds = config.delta, rounds
+        q = 1.0 if config.mode == "local" else q
+        with _warnings_logged():
+            self.one = self._analysis.compute_rdp(q=q, noise_multiplier=config.noise_multiplier, steps=1,
+                                                  orders=self.orders)
+
+    def epsilon(self, rounds: int | None = None) -> float:
+        """Epsilon at ``delta`` after ``rounds`` (default: the rounds stepped so far)."""
+        total = self.one * (self.rounds if rounds is None else rounds)
+        with _warnings_logged():
+            return float(self._analysis.get_privacy_spent(orders=self.orders, rdp=total, delta=self.delta)[0])
+
+    def step(self) -> float:
+        """Account one more round; its epsilon."""
+        self.rounds += 1
+        return self.epsilon()
+
+
+def epsilon_curve(config: PrivacyConfig, q: float, rounds: int) -> list[float]:
+    """Epsilon at ``config.delta`` after rounds 1..``rounds``: RDP of the sampled Gaussian mechanism
+    (opacus), composed over rounds, converted at opacus' default orders."""
+    accountant = RoundAccountant(config, q)
+    return [accountant.step() for _ in range(rounds)]
 
 
 def last_round(federated: FederatedConfig, num_clients: int) -> int:
-    """The last round the privacy budget allows (every round without a target)."""
+    """The last round the privacy budget allows (every round without a target).
+
+    Epsilon never decreases with the rounds, so the rounds within the target are a prefix: found by
+    bisection, O(log rounds) conversions whatever ``federated.rounds`` is."""
     config = federated.privacy
     if config is None or config.target_epsilon is None:
         return federated.rounds
-    curve = epsilon_curve(config, sampling_rate(federated, num_clients), federated.rounds)
-    allowed = [r for r, eps in enumerate(curve, start=1) if eps <= config.target_epsilon]
-    return allowed[-1] if allowed else 0
+    accountant = RoundAccountant(config, sampling_rate(federated, num_clients))
+    within, beyond = 0, federated.rounds + 1  # epsilon(within) <= target < epsilon(beyond)
+    while beyond - within > 1:
+        middle = (within + beyond) // 2
+        if accountant.epsilon(middle) <= config.target_epsilon:
+            within = middle
+        else:
+            beyond = middle
+    return within
 
 
 def check_privacy(federated: FederatedConfig, strategy: str, num_clients: int) -> None:
@@ -97,15 +154,20 @@ def check_privacy(federated: FederatedConfig, strategy: str, num_clients: int) -
             raise ValueError(f"privacy.clipped_count_stddev: {stddev:g} is too small for noise_multiplier "
                              f"{config.noise_multiplier:g} (adaptive clipping needs z < 2 * clipped_count_stddev)")
     if config.target_epsilon is not None:
-        first = epsilon_curve(config, sampling_rate(federated, num_clients), 1)[0]
+        first = RoundAccountant(config, sampling_rate(federated, num_clients)).epsilon(1)
         if first > config.target_epsilon:
             raise ValueError(f"privacy.target_epsilon: {config.target_epsilon:g} is exceeded by the first round "
                              f"already (epsilon {first:.4g} at delta {config.delta:g}); raise it, or the noise")
 
 
-def privacy_metrics(federated: FederatedConfig, num_clients: int, server_round: int) -> dict[str, float]:
-    """The round's record entries: epsilon spent after it (at ``privacy.delta``)."""
+def round_accountant(federated: FederatedConfig, num_clients: int, rounds: int) -> RoundAccountant | None:
+    """The accountant of a run with ``federated.privacy`` (None without), ``rounds`` already accounted
+    (the rounds a resumed run's checkpoint holds)."""
     config = federated.privacy
-    if config is None:
-        return {}
-    return {"epsilon": epsilon_curve(config, sampling_rate(federated, num_clients), server_round)[-1]}
+    return None if config is None else RoundAccountant(config, sampling_rate(federated, num_clients), rounds)
+
+
+def privacy_metrics(accountant: RoundAccountant | None) -> dict[str, float]:
+    """The next round's record entries: epsilon spent after it (at ``privacy.delta``), the round
+    accounted."""
+    return {} if accountant is None else {"epsilon": accountant.step()}

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 from matplotlib.patches import Rectangle
 
+from testbed.errors import UserError
 from testbed.federated.baselines_report import BaselinesSection
-from testbed.federated.clients_record import dropped, read_rounds
+from testbed.federated.clients_record import CLIENTS_FILE, dropped, read_rounds
 from testbed.federated.privacy_report import PrivacySection
 from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
 from testbed.report.render import RunData
@@ -127,6 +128,29 @@ def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int],
     return ids, numbers, matrices, flagged
 
 
+def checked_rounds(rounds: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """clients.jsonl's lines, where each has the round loop's shape (`clients_line`); a line of
+    another shape (an edited or damaged file) is a `UserError` naming the file and line."""
+    for number, line in enumerate(rounds, 1):
+        clients = line.get("clients")
+        if type(line.get("round")) is not int or not isinstance(clients, dict) \
+                or not all(_client_entry(client, entry) for client, entry in clients.items()):
+            raise UserError(f"{path}, line {number}: not a round of the per-client record (a 'round' number and "
+                            "'clients' mapping partition ids to their byzantine, weight, flagged and learned "
+                            "values); the run folder was altered")
+    return rounds
+
+
+def _client_entry(client: str, entry: Any) -> bool:
+    """Whether one client's entry of a clients.jsonl line has the shape `clients_line` writes."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    return client.isascii() and client.isdigit() and len(client) <= 9 and isinstance(entry, dict) \
+        and type(entry.get("byzantine")) is bool and number(entry.get("weight")) \
+        and type(entry.get("flagged", False)) is bool and number(entry.get("learned", 0.0))
+
+
 TITLES = {"weight": "aggregation weight", "learned": "SDEA learned weight (softmax, before filtering)"}
 MAX_HEATMAP_ROWS = 48  # one row per client is readable up to about this many
 
@@ -194,7 +218,7 @@ class ClientWeightsSection(ReportSection):
     title = "Client weights per round"
 
     def render(self, data: RunData, out_dir: Path) -> str:
-        rounds = read_rounds(data.path)
+        rounds = checked_rounds(read_rounds(data.path), data.path / CLIENTS_FILE)
         if not rounds:
             return ""  # no rule with per-client weights, or a run from before the record
         ids, numbers, matrices, flagged = client_matrices(rounds)

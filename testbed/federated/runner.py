@@ -75,8 +75,9 @@ class FederatedRunner(Runner):
         if checkpoint is None:
             ctx.run.write_artifacts({"label_histograms": setup.label_histograms(),
                                      "malicious": sorted(setup.malicious) or [-1]})
-        start, state = ((checkpoint["step"], checkpoint["global_state"]) if checkpoint
-                        else (0, setup.build_model().state_dict()))
+        initial = setup.build_model().state_dict()
+        start, state = (checkpoint["step"], checked_global_state(checkpoint, initial, ctx)) if checkpoint \
+            else (0, initial)
         assert scenario.federated is not None  # filled in above
         resources = scenario.federated.client_resources
         largest = ctx.engine.largest_node_cpus()
@@ -106,6 +107,20 @@ class FederatedRunner(Runner):
             ctx.run.write_artifacts({**ctx.run.read_artifacts(), **ood_arrays})
             final.update(ood_metrics)
         return final
+
+
+def checked_global_state(checkpoint: dict[str, Any], model: dict[str, Any], ctx: RunContext) -> dict[str, Any]:
+    """The checkpoint's global model, where it has the scenario's model's names, shapes and dtypes;
+    else (an edited or foreign checkpoint) a `UserError` naming the file, before Flower starts."""
+    import torch
+
+    state = checkpoint.get("global_state")
+    if not isinstance(state, dict) or state.keys() != model.keys() or not all(
+            isinstance(state[name], torch.Tensor) and state[name].shape == value.shape
+            and state[name].dtype == value.dtype for name, value in model.items()):
+        raise UserError(f"{ctx.run.latest_checkpoint_path()}: 'global_state' is not a state of the scenario's model "
+                        "(other names, shapes or types); the run folder was altered")
+    return state
 
 
 @contextmanager

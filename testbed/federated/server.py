@@ -15,6 +15,7 @@ resumed run computes that round again from the last checkpoint.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,14 +30,14 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Krum, Strategy
 
 from testbed.determinism import single_threaded
-from testbed.errors import ResumableFailure
+from testbed.errors import ResumableFailure, UserError
 from testbed.federated.attacks import registered_attacks
 from testbed.federated.backdoor import backdoor_metrics
 from testbed.federated.client import PARTITION_KEY
 from testbed.federated.clients_record import append_round, clients_line, learned_weights, rewind, round_metrics
 from testbed.federated.dp import dp_checkpoint, restore_dp
 from testbed.federated.optimizer_state import optimizer_checkpoint, restore_optimizer
-from testbed.federated.privacy import last_round, privacy_metrics
+from testbed.federated.privacy import RoundAccountant, last_round, privacy_metrics, round_accountant
 from testbed.federated.sampling import QUERY_PARTITION, SampledGrid, sample_clients
 from testbed.federated.setup import FederationSetup
 from testbed.federated.staging import StagedUploads
@@ -114,6 +115,7 @@ class RoundLoop:
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
         self.nodes: dict[int, int] = {}  # partition id -> Flower node id, learned when clients are sampled
         self.streaming = streams_uploads(strategy, setup)
+        self.accountant: RoundAccountant | None = None  # epsilon, stepped once a round (set by `run`)
         assert setup.scenario.workload is not None  # check_federated requires a federated workload
         workload = workload_class(setup.scenario.workload.name)
         assert issubclass(workload, FederatedWorkload)
@@ -143,11 +145,13 @@ class RoundLoop:
         if config.sampling is not None:
             self.nodes = self._partition_nodes(grid)
         last = last_round(config, self.setup.num_clients)  # a privacy target may stop the run early
+        self.accountant = round_accountant(config, self.setup.num_clients, self.start_round)
         with self.ctx.progress.task("rounds", total=last, completed=self.start_round) as advance:
             for server_round in range(self.start_round + 1, last + 1):
                 record = self.one_round(grid, server_round)
                 if self.stop.is_set():  # interrupted after the replies came: the round is not recorded
                     return
+                self._check_finite(server_round, record)  # before the diverged model is recorded or checkpointed
                 self.ctx.log_metrics(record)
                 if self.clients_line is not None:
                     append_round(self.ctx.run, server_round, self.clients_line)
@@ -155,7 +159,24 @@ class RoundLoop:
                     self.ctx.run.save_checkpoint(server_round, {"global_state": self.state,
                                                                 **dp_checkpoint(self.strategy),
                                                                 **optimizer_checkpoint(self.strategy)})
-                advance(1)
+                advance(1, record)
+
+    def _check_finite(self, server_round: int, record: dict[str, Any]) -> None:
+        """Stop a run whose global model or evaluated loss became infinite or NaN: every later round
+        would aggregate NaNs (and a backdoor's success rate on a NaN model means nothing). The
+        checkpoints written so far hold the rounds before, so the folder keeps them."""
+        bad = next(((key, value) for key, value in record.items()
+                    if "loss" in key and key != "train_loss" and isinstance(value, float) and not math.isfinite(value)),
+                   None)
+        if bad is None and all(bool(t.isfinite().all()) for t in self.state.values() if t.is_floating_point()):
+            return
+        what = f"{bad[0]} = {bad[1]}" if bad else "the global model has non-finite parameters"
+        run = self.ctx.run
+        kept = (f"; the checkpoints up to round {run.latest_step} in {run.path} are from before it"
+                if run.has_checkpoint else "")
+        where = f"{self.ctx.source}: " if self.ctx.source else ""
+        raise UserError(f"{where}{', '.join(divergence_fields(self.setup.scenario))}: training diverged at round "
+                        f"{server_round} ({what}); lower it{kept}")
 
     def one_round(self, grid: Grid, server_round: int) -> dict[str, Any]:
         federated = self.setup.scenario.federated
@@ -182,7 +203,7 @@ class RoundLoop:
             model.load_state_dict(self.state)
             metrics = (self.workload.evaluate_model(model, self.setup.test)
                        | backdoor_metrics(self.setup, self.workload, model)  # attack success rate
-                       | privacy_metrics(federated, self.setup.num_clients, server_round))
+                       | privacy_metrics(self.accountant))
         benign_losses = [loss for pid, loss in zip(received.ids, received.losses) if pid not in self.setup.malicious]
         return {
             "round": server_round, **metrics,
@@ -348,6 +369,20 @@ class RoundLoop:
                                              else (1.0 if not any(malicious) else 0.0))
             record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
         return record | round_metrics(self.clients_line)
+
+
+# Strategy and attack parameters that scale the global model's step: the suspects of a divergence.
+STEP_PARAMETERS = ("eta", "server_learning_rate", "q", "client_learning_rate")
+
+
+def divergence_fields(scenario: Any) -> list[str]:
+    """The fields a diverged federated run should lower: the step-scaling parameters the scenario
+    sets (a strategy's server learning rate or q, model replacement's boost), else the clients' lr."""
+    federated = scenario.federated
+    fields = [f"federated.strategy.{key}" for key in STEP_PARAMETERS if key in federated.strategy.params]
+    if federated.attack is not None and "boost" in federated.attack.params:
+        fields.append("federated.attack.boost")
+    return fields or ["workload.lr"]
 
 
 def client_weights(strategy: Strategy, ids: list[int], replies: list[Message] | None, new_arrays: ArrayRecord | None,

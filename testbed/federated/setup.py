@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
+from testbed.data.config import DataConfig
 from testbed.data.partition import PartitionError
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree
@@ -72,21 +73,28 @@ def federation_setup(scenario: Scenario) -> FederationSetup:
 MAX_REPLICATED_BYTES = 4 << 30
 
 
+@lru_cache(maxsize=2)
+def _loaded(data_json: str) -> Dataset:
+    """The dataset of a ``data:`` block, loaded once for the variants of a sweep that share it
+    (validating 1,000 federated variants otherwise reloads it 1,000 times). Never written to: splits
+    and partitions index it into new arrays."""
+    return load_selected(DataConfig.model_validate(json.loads(data_json)))
+
+
 @lru_cache(maxsize=4)
 def _cached_setup(scenario_json: str) -> FederationSetup:
     scenario = Scenario.model_validate(json.loads(scenario_json))
     assert scenario.federated is not None  # a federated scenario: the runner fills in the block's defaults
     seeds = SeedTree(scenario.seed)
-    train, test = train_test_split(load_selected(scenario.data), scenario.data.test_fraction,
-                                   seeds.integer("data.split"))
+    train, test = train_test_split(_loaded(json.dumps(scenario.data.model_dump(mode="json"), sort_keys=True)),
+                                   scenario.data.test_fraction, seeds.integer("data.split"))
     if scenario.data.replicate > 1:
         repeat = scenario.data.replicate
         if train.x.nbytes * repeat > MAX_REPLICATED_BYTES:
             raise PartitionError(f"data.replicate: {repeat} copies of the {len(train.y)} training samples would take "
                                  f"{train.x.nbytes * repeat / 2**30:.1f} GiB; at most "
                                  f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
-        train = Dataset(train.name, np.tile(train.x, (repeat,) + (1,) * (train.x.ndim - 1)), np.tile(train.y, repeat),
-                        train.num_classes, train.image_shape)
+        train = train.subset(np.tile(np.arange(len(train.y)), repeat))
     root = None
     if scenario.federated.strategy.name == "fltrust":
         from testbed.federated.config import FLTrustConfig
@@ -94,7 +102,7 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
         root_size = FLTrustConfig.model_validate(scenario.federated.strategy.params).root_size
         train, root = _carve(train, root_size, seeds.numpy("federated.root"))
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
-                                   seeds.numpy("data.partition"))
+                                   seeds.numpy("data.partition"), groups=train.groups)
     return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario),
                            faulty_clients(scenario))
 
@@ -121,5 +129,4 @@ def _carve(data: Dataset, size: int, rng: np.random.Generator) -> tuple[Dataset,
     """Split ``size`` samples off ``data`` (the server's root set); returns (rest, carved)."""
     chosen = np.zeros(len(data.y), dtype=bool)
     chosen[rng.choice(len(data.y), size=min(size, len(data.y) // 2), replace=False)] = True
-    pick = lambda mask: Dataset(data.name, data.x[mask], data.y[mask], data.num_classes, data.image_shape)
-    return pick(~chosen), pick(chosen)
+    return data.subset(~chosen), data.subset(chosen)

@@ -29,6 +29,11 @@ Example (every key optional; the values shown are the defaults)::
 
 This module may import only `testbed.config`, `testbed.errors` and pydantic (it is imported by the
 scenario schema).
+
+A step's batch must fit the packed training corpus (`check_batch_size`): where the number of packed
+sequences follows from the config (the attention-sink task packs one document a sequence)
+`testbed validate` checks it; otherwise the run checks it once the corpus is prepared, before
+anything trains.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from testbed.config import StrictModel
+from testbed.errors import ScenarioError
 
 CORPUS_SOURCES = ("stdlib_code", "stdlib_docs", "folder", "factrecall", "bigram_backcopy")
 
@@ -194,3 +200,19 @@ class PretrainConfig(StrictModel):
     threads_per_process: int = Field(1, gt=0, description="torch threads in each training process")
     ray_workers: int = Field(2, gt=0, description="training processes under engine `ray` (Ray Train workers)")
     outliers: OutlierConfig | None = Field(None, description="outlier metrics and W8A8 quantization (null: off)")
+
+
+def most_training_sequences(config: PretrainConfig) -> int | None:
+    """The most packed training sequences the corpus can give, where the config alone says (None
+    where only the prepared corpus does): each ``bigram_backcopy`` document fills one sequence."""
+    if config.model.family != "vit" and config.corpus.source == "bigram_backcopy":
+        return config.corpus.bigram_backcopy.documents
+    return None
+
+
+def check_batch_size(config: PretrainConfig, sequences: int, source: str, what: str) -> None:
+    """Refuse a batch larger than the ``sequences`` packed training sequences (``what`` says where
+    that number comes from): every step would go round the corpus many times over."""
+    if config.batch_size > sequences:
+        raise ScenarioError(f"{source}: pretrain.batch_size: {config.batch_size} sequences a step, but {what} "
+                            f"{sequences} training sequences; use a batch of at most {sequences}")

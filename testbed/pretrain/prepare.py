@@ -14,11 +14,14 @@ the result. Layout of ``RUN/corpus/``::
     heldout.packed.*.npy              the first eval_documents held-out documents, best-fit packed
     factrecall_eval.json              questions of held-out fact-recall documents (factrecall corpus only)
     manifest.json                     sizes and special ids; written last, so its presence marks a complete folder
+    digests.json                      each file's size and SHA-256 when the run wrote it (`check_digests`)
 
 Everything streams: documents pass through in batches, so the corpus never sits in memory whole.
 The folder is built under a temporary name and renamed, so an interrupted build is redone. A
 folder once built is kept in a cache shared by runs (`testbed.pretrain.corpus_cache`), and a later
-run of the same corpus, tokenizer, packing and seed links it instead of building it again.
+run of the same corpus, tokenizer, packing and seed copies it instead of building it again. Either
+way the run owns its copy, and a resumed run goes on only with the bytes it started with: its
+files are checked against digests.json first, and an altered one is refused in one line.
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ import numpy as np
 
 from testbed.pretrain.config import PretrainConfig
 from testbed.pretrain.corpus import factrecall_heldout, iter_split
-from testbed.pretrain.corpus_cache import cache_entry, fetch, preparation_config, publish
+from testbed.pretrain.corpus_cache import (
+    cache_entry,
+    check_digests,
+    describe_files,
+    fetch,
+    preparation_config,
+    publish,
+    record_digests,
+)
 from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed_sequences
 from testbed.pretrain.sink_task import task_documents
 from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
@@ -98,18 +109,24 @@ class PackedSequences:
 
 def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str, np.ndarray] | None:
     """Build ``folder`` unless it is complete already, from the cache of prepared corpora where it
-    holds this one (`testbed.pretrain.corpus_cache`); returns the report's arrays when it builds."""
+    holds this one (`testbed.pretrain.corpus_cache`); returns the report's arrays when it builds.
+    A complete folder (a resumed run's) is checked against the digests recorded when it was
+    written: an altered file is a `UserError` naming it, before anything trains on it."""
     if (folder / "manifest.json").is_file():
+        check_digests(folder)
         return None
     config = preparation_config(config)  # the fields of the cache key, and only those
     partial = folder.with_name("." + folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     entry = cache_entry(config, seed)
-    if entry is None or not fetch(entry, partial):
+    files = fetch(entry, partial) if entry is not None else None
+    if files is None:
         partial.mkdir(parents=True)
         _build(partial, config, seed)
+        files = describe_files(partial)
         if entry is not None:
-            publish(entry, partial)
+            publish(entry, partial, files)
+    record_digests(partial, files)  # before the rename: a complete folder always has its digests
     return _finish(folder, partial, config)
 
 

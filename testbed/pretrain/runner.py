@@ -19,13 +19,14 @@ scalars plus the training packing's ``packing.truncated_share``, ``packing.paddi
 from __future__ import annotations
 
 import importlib.util
+import math
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import ScenarioError
-from testbed.pretrain.config import PretrainConfig
+from testbed.errors import ScenarioError, UserError
+from testbed.pretrain.config import PretrainConfig, check_batch_size, most_training_sequences
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 
@@ -67,6 +68,9 @@ class PretrainRunner(Runner):
             raise ScenarioError(f"{source}: pretrain.batch_size: {config.batch_size} sequences do not split "
                                 f"evenly over {world} training processes")
         _check_family_options(scenario, config, source)
+        most = most_training_sequences(config)
+        if most is not None:
+            check_batch_size(config, most, source, "the corpus packs at most")
         scenario.engine.check(world, "training processes", source)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
@@ -81,6 +85,11 @@ class PretrainRunner(Runner):
                 prepare_corpus(ctx.run.path / "corpus", config, ctx.scenario.seed)
         except ScenarioError as err:  # a malformed corpus file past what validation reads: name the scenario too
             raise ScenarioError(f"{ctx.source}: {err}" if ctx.source else str(err)) from None
+        if config.model.family != "vit":  # known only now: how many sequences the packing made
+            from testbed.pretrain.prepare import CorpusManifest
+
+            sequences = CorpusManifest.load(ctx.run.path / "corpus").n_sequences
+            check_batch_size(config, sequences, ctx.source or str(ctx.run.config_path), "the packed corpus has")
         ctx.timings["prepare_corpus_s"] = round(time.perf_counter() - started, 3)
         if artifacts is not None:
             ctx.run.write_artifacts(artifacts)
@@ -91,8 +100,9 @@ class PretrainRunner(Runner):
                 def on_event(event: dict[str, Any]) -> None:
                     nonlocal step
                     if event["event"] == "metrics":
+                        check_finite_losses(ctx, event["record"])  # stops the workers before a NaN checkpoint
                         ctx.log_metrics(event["record"])
-                        advance(event["record"]["step"] - step)
+                        advance(event["record"]["step"] - step, event["record"])
                         step = event["record"]["step"]
                     elif event["event"] == "checkpoint":
                         ctx.run.save_checkpoint(event["step"], {"deepspeed_tag": event["tag"]})
@@ -126,6 +136,21 @@ class PretrainRunner(Runner):
 
             final.update(packing_final_metrics(ctx.run.path / "corpus"))
         return final
+
+
+def check_finite_losses(ctx: RunContext, record: dict[str, Any]) -> None:
+    """Stop a run whose loss became infinite or NaN: every later step would be wasted on NaNs. The
+    workers' metrics record of a step comes before its checkpoint, so the checkpoints the folder
+    keeps are all from before the divergence, and `testbed resume` can start from them."""
+    bad = next(((key, value) for key, value in record.items()
+                if "loss" in key and isinstance(value, float) and not math.isfinite(value)), None)
+    if bad is None:
+        return
+    run = ctx.run
+    kept = (f"; the checkpoints up to step {run.latest_step} in {run.path} are from before it"
+            if run.has_checkpoint else "")
+    raise UserError(f"{ctx.source or run.config_path}: pretrain.lr: training diverged at step {record.get('step')} "
+                    f"({bad[0]} = {bad[1]}); lower it{kept}")
 
 
 def _check_family_options(scenario: Scenario, config: PretrainConfig, source: str) -> None:

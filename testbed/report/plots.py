@@ -53,11 +53,14 @@ def safe_name(text: str) -> str:
 
 
 def plot_curve(path: Path, title: str, xlabel: str,
-               lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], ylabel: str = "") -> Path:
-    """One line plot with a legend (two lines or more); returns the PNG's path."""
+               lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], ylabel: str = "",
+               distinct: bool = False) -> Path:
+    """One line plot with a legend (two lines or more); returns the PNG's path. ``distinct``: a
+    colour of its own for every line, past the ten of matplotlib's default cycle."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
-    for label, (xs, ys) in lines.items():
-        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label)
+    colours = distinct_colours(len(lines)) if distinct else [None] * len(lines)
+    for (label, (xs, ys)), colour in zip(lines.items(), colours):
+        ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label, color=colour)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel or title)
@@ -69,6 +72,15 @@ def plot_curve(path: Path, title: str, xlabel: str,
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def distinct_colours(count: int) -> list:
+    """``count`` colours told apart: tab10's, tab20's up to 20, then evenly spaced along turbo."""
+    if count <= 10:
+        return [matplotlib.colormaps["tab10"](i) for i in range(count)]
+    if count <= 20:
+        return [matplotlib.colormaps["tab20"](i) for i in range(count)]
+    return [matplotlib.colormaps["turbo"](i / (count - 1)) for i in range(count)]
 
 
 def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", annotate: bool = True,

@@ -93,13 +93,25 @@ def _claims_table(folder: Path) -> str:
     for claim in read_sweep_claims(folder):
         for group in claim["groups"]:
             predicate, interval = group["predicate"] or {}, (group["predicate"] or {}).get("interval") or {}
-            rows.append((claim["id"] + (f" ({group['group']})" if group["group"] else ""), predicate.get("text", ""),
+            rows.append((claim["id"] + (f" ({group['group']})" if group["group"] else ""),
+                         claim.get("type", "claim"), predicate.get("text", ""),
                          predicate.get("left", float("nan")), predicate.get("right", float("nan")),
                          interval.get("mean", float("nan")), interval.get("low", float("nan")),
                          interval.get("high", float("nan")), len(group["seeds"]),
-                         {True: "holds", False: "fails", None: "-"}[group["precondition_holds"]], group["verdict"]))
-    header = ("claim", "predicate", "left", "right", "margin", "low", "high", "seeds", "precondition", "verdict")
+                         {True: "holds", False: "fails", None: "-"}[group["precondition_holds"]], group["verdict"],
+                         "; ".join(_detail(d) for d in group.get("secondary", []))))
+    header = ("claim", "type", "predicate", "left", "right", "margin", "low", "high", "seeds", "precondition",
+              "verdict", "secondary")
     return table(rows, header) if rows else ""
+
+
+def _detail(secondary: dict[str, Any]) -> str:
+    """``text: mean [low, high]`` of a statement's secondary value (claims.json)."""
+    interval = secondary.get("interval")
+    if interval is None:
+        return f"{secondary['text']}: not measured"
+    spread = "" if interval["method"] == "exact" else f" [{interval['low']:.4g}, {interval['high']:.4g}]"
+    return f"{secondary['text']}: {interval['mean']:.4g}{spread}"
 
 
 def _section(title: str, body: str) -> str:

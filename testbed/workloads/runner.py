@@ -114,7 +114,7 @@ class WorkloadRunner(Runner):
                 if "artifacts" in state:
                     ctx.run.write_artifacts(state.pop("artifacts"))
                 ctx.run.save_checkpoint(stop, {"state": state})
-                advance(stop - step)
+                advance(stop - step, records[-1] if records else None)
                 step = stop
         evaluated = [r for r in ctx.run.read_metrics() if any(k.startswith("test_") for k in r)]
         return {k: v for k, v in evaluated[-1].items() if k != "step"} if evaluated else {}

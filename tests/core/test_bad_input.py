@@ -49,7 +49,7 @@ CASES = [
     ("unknown-engine-type", {"engine": {"type": "slurm"}}, [], ["engine.type", "'slurm'", "'ray'"]),
     ("cnn-on-tabular", _with("data", dataset="wine"), [], ["workload.arch", "tabular"]),
     ("bad-name", {"name": "my run"}, [], ["name", "pattern"]),
-    ("unknown-tracker", {"report": {"trackers": ["wandb"]}}, [], ["report.trackers", "wandb"]),
+    ("unknown-tracker", {"report": {"trackers": ["neptune"]}}, [], ["report.trackers", "neptune"]),
     ("engine-not-answering", None, ["engine.type=ray", f"engine.address=127.0.0.1:{_closed_port()}"],
      ["engine.address", "no Ray cluster answers"]),
     ("engine-address-malformed", None, ["engine.type=ray", "engine.address=nowhere"], ["engine.address", "host:port"]),

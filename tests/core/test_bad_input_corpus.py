@@ -329,7 +329,7 @@ CASES: list[Case] = [
          ("pretrain.outliers.quantize",)),
     # --- report ----------------------------------------------------------------------------------
     Case("report-unknown-kind", W, {"report": {"kind": "fancy"}}, ("report.kind",)),
-    Case("report-unknown-tracker", W, {"report": {"trackers": ["wandb"]}}, ("report.trackers",)),
+    Case("report-unknown-tracker", W, {"report": {"trackers": ["neptune"]}}, ("report.trackers",)),
     Case("report-key-typo", W, {"report": {"knd": "training"}}, ("report.knd", "did you mean 'kind'")),
     Case("report-ood-outside-federated", W, {"report": {"ood": {}}}, ("report", "ood")),
     Case("report-not-a-mapping", W, {"report": "html"}, ("report",)),

@@ -26,19 +26,20 @@ ROOTS = {"testbed": "testbed", "strategies": "testbed.strategies", "topologies":
 # layer is that of the longest prefix listed (``testbed.x`` covers ``testbed.x.*``).
 LAYERS: list[tuple[str, ...]] = [
     ("testbed", "testbed.errors", "testbed.config", "testbed.plugins", "testbed.seeding", "testbed.determinism",
-     "testbed.faults", "testbed.progress"),
+     "testbed.faults", "testbed.progress", "testbed.console", "testbed.imports"),
     ("testbed.strategies", "testbed.topologies", "testbed.cluster"),
     ("testbed.data",),
     ("testbed.engines",),
     ("testbed.federated.config", "testbed.decentralized.config", "testbed.pretrain.config", "testbed.workloads.config",
      "testbed.workloads.*.config", "testbed.scenario", "testbed.decentralized", "testbed.federated", "testbed.pretrain",
+     "testbed.workloads.usermodel",  # torch only inside its functions; imports the data layer, as the checks do
      "testbed.workloads",  # the package __init__ modules: docstrings and config re-exports only
      "testbed.claims", "testbed.claims.config", "testbed.claims.expressions", "testbed.claims.papers",
      "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
-    ("testbed.run", "testbed.provenance", "testbed.tracking", "testbed.report", "testbed.runner", "testbed.loading",
+    ("testbed.run", "testbed.provenance", "testbed.trackers", "testbed.report", "testbed.runner", "testbed.loading",
      "testbed.sweep_status", "testbed.sweep_names",
      "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training",
-     "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps"),
+     "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps", "testbed.claims.check"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
     ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.claims.reproduce"),
     ("testbed.cli",),

@@ -25,9 +25,6 @@ def test_trackers_receive_every_record_the_config_tags_and_report(cli, write_sce
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from testbed.run import RunFolder
-    from testbed.tracking import mlflow_uri
-
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("test_accuracy")] == [4, 8, 12, 16, 20, 24]
@@ -35,8 +32,8 @@ def test_trackers_receive_every_record_the_config_tags_and_report(cli, write_sce
     hparams = EventAccumulator(str(run_dir / "tensorboard"))  # add_hparams writes its own event file
     hparams.Reload()
     assert any(tag.startswith("final/") for tag in hparams.Tags()["scalars"])
-    client = MlflowClient(tracking_uri=mlflow_uri(RunFolder(run_dir)))
-    run_id = (run_dir / "mlruns" / "testbed_run_id").read_text().strip()
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")  # the runs root's store
+    run_id = json.loads((run_dir / "trackers" / "mlflow.json").read_text())["run_id"]
     history = client.get_metric_history(run_id, "test_accuracy")
     assert [m.step for m in history] == [4, 8, 12, 16, 20, 24]
     run = client.get_run(run_id)

@@ -52,7 +52,7 @@ def refuse_to_build(monkeypatch) -> None:
     monkeypatch.setattr(prepare, "train_tokenizer", fail)
 
 
-def test_a_second_run_links_the_cached_corpus_with_the_bytes_and_metrics_of_an_uncached_one(
+def test_a_second_run_copies_the_cached_corpus_with_the_bytes_and_metrics_of_an_uncached_one(
         tmp_path: Path, cache: Path, monkeypatch) -> None:
     config = folder_config(tmp_path)
     prepare_corpus(tmp_path / "first" / "corpus", config, seed=0)
@@ -129,7 +129,7 @@ def test_a_damaged_cache_entry_is_rebuilt_and_replaced(tmp_path: Path, cache: Pa
     config = folder_config(tmp_path)
     prepare_corpus(tmp_path / "first" / "corpus", config, seed=0)
     [entry] = entries(cache)
-    expected = contents(tmp_path / "first" / "corpus")  # before the damage: the entry shares its files' inodes
+    expected = contents(tmp_path / "first" / "corpus")
     damage(entry)
     prepare_corpus(tmp_path / "run" / "corpus", config, seed=0)
     assert contents(tmp_path / "run" / "corpus") == expected
@@ -174,9 +174,9 @@ def test_two_runs_filling_one_key_at_once_both_end_with_the_corpus_and_one_entry
     both_built = threading.Barrier(2, timeout=60)
     publish = corpus_cache.publish
 
-    def publish_together(entry: Path, built: Path) -> None:
+    def publish_together(entry: Path, built: Path, files: dict) -> None:
         both_built.wait()  # both runs missed and built; now both fill the key
-        publish(entry, built)
+        publish(entry, built, files)
 
     monkeypatch.setattr(prepare, "publish", publish_together)
     errors: list[BaseException] = []
@@ -196,3 +196,51 @@ def test_two_runs_filling_one_key_at_once_both_end_with_the_corpus_and_one_entry
     assert contents(tmp_path / "a" / "corpus") == contents(tmp_path / "b" / "corpus")
     [entry] = entries(cache)  # no staging folder left behind
     assert os.listdir(entry) and corpus_cache._read_listing(entry) is not None
+
+
+def _zero_in_place(path: Path) -> None:
+    """Overwrite a read-only file's bytes in place (same inode), as a user's script might."""
+    path.chmod(0o644)
+    with open(path, "r+b") as handle:
+        handle.write(bytes(path.stat().st_size))
+
+
+def test_a_cache_entry_written_in_place_leaves_the_runs_that_built_and_fetched_it_unchanged(
+        tmp_path: Path, cache: Path) -> None:
+    config = folder_config(tmp_path)
+    built, fetched = tmp_path / "built" / "corpus", tmp_path / "fetched" / "corpus"
+    prepare_corpus(built, config, seed=0)
+    prepare_corpus(fetched, config, seed=0)
+    [entry] = entries(cache)
+    expected = contents(built)
+    assert contents(fetched) == expected
+    for name in ("train.tokens.bin", "tokenizer.json", "manifest.json"):
+        _zero_in_place(entry / name)
+    assert contents(built) == expected and contents(fetched) == expected
+    # Nor the other way round: writing a run's file leaves the cache entry (and so later runs) as it was.
+    _zero_in_place(built / "heldout.tokens.bin")
+    assert (entry / "heldout.tokens.bin").read_bytes() == expected["heldout.tokens.bin"]
+
+
+@pytest.mark.parametrize("origin", ["built", "fetched", "uncached"])
+def test_the_run_records_the_digest_of_each_corpus_file_and_a_resume_refuses_an_altered_one(
+        tmp_path: Path, cache: Path, monkeypatch, origin) -> None:
+    from testbed.errors import UserError
+
+    config = folder_config(tmp_path)
+    if origin != "built":
+        prepare_corpus(tmp_path / "first" / "corpus", config, seed=0)
+    if origin == "uncached":
+        monkeypatch.setenv("TESTBED_CORPUS_CACHE", "off")
+    folder = tmp_path / "run" / "corpus"
+    prepare_corpus(folder, config, seed=0)
+    recorded = json.loads((folder / corpus_cache.DIGESTS).read_text())["files"]
+    assert recorded == {name: corpus_cache._describe(folder / name) for name in recorded}
+    assert set(recorded) == set(os.listdir(folder)) - {corpus_cache.DIGESTS}
+    assert prepare_corpus(folder, config, seed=0) is None  # intact: the resume goes on
+    tokens = folder / "train.tokens.bin"
+    data = bytearray(tokens.read_bytes())
+    data[3] ^= 0xFF  # one token changed, the size kept
+    tokens.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"train\.tokens\.bin: the corpus file is not the one the run wrote"):
+        prepare_corpus(folder, config, seed=0)

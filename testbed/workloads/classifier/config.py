@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from testbed.config import StrictModel
+from testbed.config import FiniteValue, StrictModel
 from testbed.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -28,12 +29,21 @@ class ClassifierConfig(StrictModel):
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(1e-5, ge=0)
     batch_size: int = Field(32, gt=0)
+    model: str | None = Field(None, description="your own torch.nn.Module class, 'package.module:ClassName', "
+                                                "instead of arch (it runs that package's code: name one you trust)")
+    model_args: dict[str, FiniteValue] = Field(default_factory=dict, description="keyword arguments of model")
 
 
 def check(config: ClassifierConfig, data: DataConfig) -> None:
-    """``arch: cnn`` and ``simple_cnn`` need image data; ``simple_cnn`` images of at least 16x16."""
+    """``arch: cnn`` and ``simple_cnn`` need image data; ``simple_cnn`` images of at least 16x16; a
+    ``model`` of the user's own must import, build and run on the scenario's data."""
     from testbed.data.select import is_image_data
 
+    if config.model is not None:
+        _check_user_model(config, data)
+        return
+    if config.model_args:
+        raise ScenarioError("workload.model_args: arguments of workload.model, which is not set")
     if config.arch in ("cnn", "simple_cnn") and not is_image_data(data):
         raise ScenarioError(
             f"workload.arch: '{config.arch}' needs image data but data.dataset '{data.dataset}' is tabular; "
@@ -42,3 +52,14 @@ def check(config: ClassifierConfig, data: DataConfig) -> None:
     if config.arch == "simple_cnn" and data.dataset in SMALL_IMAGE_DATASETS:
         raise ScenarioError(f"workload.arch: 'simple_cnn' needs images of at least 16x16; data.dataset "
                             f"'{data.dataset}' has 8x8 images; use arch: cnn")
+
+
+def _check_user_model(config: ClassifierConfig, data: DataConfig) -> None:
+    """Import, build and run the user's model on two samples of the scenario's data (`testbed.workloads.usermodel`)."""
+    from testbed.workloads.usermodel import probe_data
+
+    if "arch" in config.model_fields_set:
+        raise ScenarioError("workload.arch: a workload with its own model takes no arch; remove one of the two")
+    assert config.model is not None  # the caller checks
+    probe_data(config.model, json.dumps(config.model_args, sort_keys=True),
+               json.dumps(data.model_dump(mode="json"), sort_keys=True))

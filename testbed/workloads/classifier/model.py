@@ -5,7 +5,8 @@ the 28x28 glyphs), with batch norm after each convolution unless ``norm: none``;
 the BatchNorm-free "SimpleCNN" backbone of SDEA's code (two 5x5 convolutions with 6 and 16 filters,
 each followed by 2x2 max pooling, then fully connected layers of 120, 84, 84 and 256 units: the
 network of its digit and CIFAR experiments, for images of at least 16x16); ``arch: mlp`` a
-one-hidden-layer network for any dataset. The functions are public so that federated clients
+one-hidden-layer network for any dataset; ``model: "package.module:Class"`` the user's own
+`nn.Module` (`testbed.workloads.usermodel`). The functions are public so that federated clients
 (and other workloads: `BatchStream`) train the same way.
 """
 
@@ -25,6 +26,10 @@ from testbed.workloads.training import optimizer_step
 
 def build_classifier(config: ClassifierConfig, data: Dataset) -> nn.Module:
     """The network for ``data``; parameters are drawn from torch's global RNG (seed it first)."""
+    if config.model is not None:
+        from testbed.workloads.usermodel import build_model
+
+        return build_model(config.model, config.model_args)
     if config.arch == "mlp":
         return nn.Sequential(
             nn.Flatten(), nn.Linear(data.num_features, config.hidden), nn.ReLU(),

@@ -48,7 +48,8 @@ class ClassifierWorkload(FederatedWorkload):
         full = load_selected(data)
         self.train_set, self.test_set = train_test_split(full, data.test_fraction, seeds.integer("data.split"))
         torch.manual_seed(seeds.integer("model.init"))
-        self.model = build_classifier(config, full)
+        # The training split's shape: a table's categorical columns are one-hot encoded by the split.
+        self.model = build_classifier(config, self.train_set)
         self.optimizer = self.optimizer_for(self.model, config)
         self.stream = BatchStream(len(self.train_set.y), min(config.batch_size, len(self.train_set.y)),
                                   seeds.torch("data.batches"))
