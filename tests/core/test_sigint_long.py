@@ -26,6 +26,12 @@ HYPERCUBE_4096 = {
 WITHIN_S = 5.0
 
 
+def _default_sigint() -> None:
+    """SIGINT as a terminal gives it: a suite started in the background of a non-interactive shell
+    inherits SIGINT ignored, which a run rightly keeps ignoring (see tests/core/test_signals.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(process: subprocess.Popen, after_s: float) -> tuple[float, list[psutil.Process]]:
     """SIGINT ``process`` ``after_s`` seconds from now; (seconds it took to exit, its descendants then)."""
     time.sleep(after_s)
@@ -59,7 +65,7 @@ def test_ctrl_c_ends_the_hypercube_comparison_within_seconds(tmp_path: Path):
     run_dir = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--run-dir", str(run_dir),
                                 "--quiet"], env={**os.environ, "CI": "1"}, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 120
     while not run_dir.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)  # validated and started: the comparison is what runs now
@@ -83,7 +89,8 @@ def test_a_dense_eigendecomposition_is_abandoned_on_ctrl_c():
             "    abandonable(sla.eigh, a)\n"
             "except KeyboardInterrupt:\n"
             "    raise SystemExit(130)\n")
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_default_sigint)
     assert process.stdout is not None and process.stdout.readline() == "ready\n"
     took, family = _interrupt(process, after_s=2.0)
     assert process.returncode == 130, process.communicate()
