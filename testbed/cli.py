@@ -6,7 +6,7 @@
     testbed resume RUN_DIR [--quiet] [--verbose]
     testbed report RUN_DIR
     testbed compare RUN_DIR... [--metric M] [--out DIR]
-    testbed list [workloads|strategies|attacks|topologies|datasets|scenarios|papers]
+    testbed list [workloads|strategies|attacks|topologies|datasets|trackers|scenarios|papers]
     testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N] [--allow-dirty]
     testbed reproduce --check [PAPER ...] [--sample N] [--size full|test] [--allow-dirty]
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
@@ -26,7 +26,7 @@ from pathlib import Path
 from testbed.errors import ResumableFailure, RunInterrupted, UserError, one_line
 
 REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-LISTABLE = ("workloads", "strategies", "attacks", "topologies", "datasets", "scenarios", "papers")
+LISTABLE = ("workloads", "strategies", "attacks", "topologies", "datasets", "trackers", "scenarios", "papers")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="folder of the page (default runs/compare-<timestamp>)")
 
     listing = sub.add_parser("list", help=(
-        "list registered workloads, strategies, attacks, topologies, datasets or scenarios"))
+        "list registered workloads, strategies, attacks, topologies, datasets, trackers or scenarios"))
     listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
 
     reproduce = sub.add_parser("reproduce", help=(
@@ -289,6 +289,12 @@ def _model_note(scenario) -> str:
     return describe(scenario.workload.params, scenario.data)
 
 
+def _trackers() -> dict:
+    from testbed.trackers import registered_trackers
+
+    return registered_trackers()
+
+
 def _topologies() -> dict:
     from testbed.topologies import GRAPH_BUILDERS
 
@@ -296,7 +302,7 @@ def _topologies() -> dict:
 
 
 REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies,
-                                             "datasets": _datasets, "papers": _papers}
+                                             "datasets": _datasets, "trackers": _trackers, "papers": _papers}
 
 
 def _display_path(path: Path) -> str:

@@ -24,6 +24,7 @@ from testbed.runner import RunContext
 from testbed.scenario import Scenario
 from testbed.trackers import open_trackers
 from testbed.validation import preflight
+from testbed.workloads.usermodel import worker_code
 
 VERSIONED_PACKAGES = ("testbed", "torch", "numpy", "ray", "flwr", "deepspeed", "opacus", "networkx")
 
@@ -91,7 +92,8 @@ def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: st
 
     started = time.perf_counter()
     try:
-        with make_engine(scenario.engine, runner.needs_one_of, runner.parallel_tasks(scenario), quiet) as engine:
+        with make_engine(scenario.engine, runner.needs_one_of, runner.parallel_tasks(scenario), quiet,
+                         worker_code(scenario.workload.params if scenario.workload is not None else {})) as engine:
             progress = ProgressReporter(progress_enabled(quiet), arm_name(scenario))
             ctx = RunContext(scenario, run, engine, progress, log_metrics, source)
             final = runner.run(ctx)

@@ -66,6 +66,12 @@ class Engine(ABC):  # noqa: B024  (every primitive has a default; the ABC marks 
         waiting on its variant's ``testbed`` process (`PlacementEngine`)."""
         return PlacementEngine(settings)
 
+    def add_worker_code(self, paths: Sequence[str]) -> None:  # noqa: B027  (the default needs nothing)
+        """Before `start`: code outside the installed packages that the run's workers import (a
+        user's model package: a folder, or a module file). Engines whose workers may run on other
+        machines send it there (``ray``); by default the workers are this machine's processes, which
+        find it on the path the driver found it on (`testbed.workloads.usermodel`)."""
+
     def __enter__(self) -> Engine:
         self.start()
         return self

@@ -3,6 +3,8 @@
 Every task runs with one CPU thread for torch (see `testbed.determinism`), so a task computes
 the same floats on a Ray worker of any node as in the driver process. Training programs run as
 Ray Train workers (`TorchTrainer`) on the ``ray`` engine, and as one local rank on ``local``.
+On ``ray``, code the run's workers import that the cluster's nodes do not have installed (a user's
+model package) goes with the job as Ray's ``py_modules`` (`Engine.add_worker_code`).
 """
 
 from __future__ import annotations
@@ -230,6 +232,7 @@ class RayClusterEngine(_RayEngine):
     def __init__(self, settings: RayEngineConfig, quiet: bool, num_cpus_per_task: float | None = None):
         super().__init__(settings, settings.num_cpus_per_task if num_cpus_per_task is None else num_cpus_per_task,
                          quiet)
+        self._py_modules: list[str] = []
 
     @classmethod
     def build(cls, settings: RayEngineConfig, needs: frozenset[str], parallel_tasks: int, quiet: bool) -> Engine:
@@ -239,8 +242,15 @@ class RayClusterEngine(_RayEngine):
     def for_placement(cls, settings: RayEngineConfig) -> Engine:
         return RayPlacementEngine(settings)
 
+    def add_worker_code(self, paths: Sequence[str]) -> None:
+        self._py_modules += paths
+
     def _init_args(self) -> dict[str, Any]:
-        return {"address": self.settings.address}
+        # The cluster's nodes were started before this run, with their own environment and maybe on
+        # other machines: code the workers need that is not installed there goes with the job (Ray
+        # uploads each folder or file once and puts it on the path of every worker of this job).
+        shipped = {"runtime_env": {"py_modules": self._py_modules}} if self._py_modules else {}
+        return {"address": self.settings.address, **shipped}
 
     def start(self) -> None:
         check_ray_address(self.settings.address, "engine")

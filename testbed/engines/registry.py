@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from testbed.engines.base import Engine
 from testbed.engines.config import EngineSettings, EngineSettingsTypes
@@ -52,10 +52,14 @@ def check_extra(settings: EngineSettings, source: str) -> None:
                             f"pip install 'testbed[{extra}]'")
 
 
-def make_engine(settings: EngineSettings, needs: Iterable[str], parallel_tasks: int, quiet: bool = False) -> Engine:
+def make_engine(settings: EngineSettings, needs: Iterable[str], parallel_tasks: int, quiet: bool = False,
+                worker_code: Sequence[str] = ()) -> Engine:
     """The engine of a run whose kind uses the capabilities ``needs`` and keeps ``parallel_tasks``
-    tasks busy at once."""
-    return engine_class(settings.type).build(settings, frozenset(needs), parallel_tasks, quiet)
+    tasks busy at once, and whose workers import the code at ``worker_code`` (`Engine.add_worker_code`)."""
+    engine = engine_class(settings.type).build(settings, frozenset(needs), parallel_tasks, quiet)
+    if worker_code:
+        engine.add_worker_code(worker_code)
+    return engine
 
 
 def placement_engine(settings: EngineSettings) -> Engine:

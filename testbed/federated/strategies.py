@@ -54,7 +54,23 @@ from testbed.plugins import load_entry_points
 
 @dataclass(frozen=True)
 class StrategyEntry:
-    """A registered strategy: its config, how to build it, and the client count it needs."""
+    """A registered strategy: its config, how to build it, and the client count it needs.
+
+    This is the strategy plugin API (``testbed.strategies`` entry points name an instance; see
+    docs/extending.md):
+
+    - ``Config``: the typed settings of ``federated.strategy`` besides ``name`` (`NoParams` for none);
+      unknown keys are refused by validation. A ``num_malicious`` field, where present, is the
+      Byzantine count the rule is told (default: the attack's true count, `declared_malicious`).
+    - ``build(config, setup, f)``: the Flower strategy for one run, given the validated config, the
+      `FederationSetup` and the Byzantine count ``f``. Pass it ``**flower_round_settings(setup)`` so
+      it trains exactly the round's clients (`round_clients`) and evaluates on the server only.
+    - ``summary``: one line for ``testbed list strategies``.
+    - ``min_clients(f)``: the fewest clients per round the rule needs to tolerate ``f`` Byzantine
+      ones; validation refuses a scenario with fewer.
+    - ``cost``: the server's aggregation cost for n uploads of d parameters, as text ("O(n d) time,
+      O(n d) memory"); the robustness report prints it beside the measured time.
+    """
 
     Config: type[StrictModel]
     build: Callable[[Any, FederationSetup, int], flower.Strategy]
@@ -70,25 +86,27 @@ HELD = "O(n d) time, O(n d) memory (every upload held)"
 PAIRWISE = "O(n^2 d) time (Gram matrix of all uploads), O(n^2 + n d) memory"
 
 
-def per_round(setup: FederationSetup) -> int:
+def round_clients(setup: FederationSetup) -> int:
     """The clients every round trains (all, or the sample's size)."""
     assert setup.scenario.federated is not None  # a federated scenario
     return clients_per_round(setup.scenario.federated.sampling, setup.num_clients)
 
 
-def _common(setup: FederationSetup) -> dict[str, Any]:
-    k = per_round(setup)
+def flower_round_settings(setup: FederationSetup) -> dict[str, Any]:
+    """The keyword arguments of Flower's ``FedAvg`` (and its subclasses) that make a strategy train
+    exactly the round's clients and evaluate on the server only: every strategy passes them."""
+    k = round_clients(setup)
     return {"fraction_train": 1.0, "fraction_evaluate": 0.0, "min_train_nodes": k, "min_available_nodes": k}
 
 
 def _build_fedprox(config: FedProxConfig, setup: FederationSetup, f: int) -> flower.Strategy:
     assert setup.scenario.federated is not None  # a federated scenario
-    return flower.FedProx(proximal_mu=setup.scenario.federated.client_proximal_mu(), **_common(setup))
+    return flower.FedProx(proximal_mu=setup.scenario.federated.client_proximal_mu(), **flower_round_settings(setup))
 
 
 def _build_qfedavg(config: QFedAvgConfig, setup: FederationSetup, f: int) -> flower.Strategy:
     return flower.QFedAvg(client_learning_rate=qfedavg_learning_rate(config, setup.scenario), q=config.q,
-                          **_common(setup))
+                          **flower_round_settings(setup))
 
 
 def qfedavg_learning_rate(config: QFedAvgConfig, scenario: Any) -> float:
@@ -113,7 +131,7 @@ def _build_fltrust(config: FLTrustConfig, setup: FederationSetup, f: int) -> flo
         assert setup.root is not None  # carved for fltrust by the setup
         return train_on(setup, global_state, setup.root, config.root_epochs, generator)
 
-    return robust.FLTrust(server_update_fn=server_update, **_common(setup))
+    return robust.FLTrust(server_update_fn=server_update, **flower_round_settings(setup))
 
 
 def _build_sdea(config: SDEAConfig, setup: FederationSetup, f: int) -> flower.Strategy:
@@ -123,34 +141,42 @@ def _build_sdea(config: SDEAConfig, setup: FederationSetup, f: int) -> flower.St
     public = torch.from_numpy(public_images(config.public, shape, setup.seeds.numpy("sdea.public")))
     return robust.SDEA(model_fn=setup.build_model, public_x=public, augment=augment_views, epochs=config.epochs,
                        rule=config.rule, bn_mode=config.bn_mode, seed=setup.seeds.integer("sdea"),
-                       batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay, **_common(setup))
+                       batch_size=config.batch_size, lr=config.lr, weight_decay=config.weight_decay,
+                       **flower_round_settings(setup))
 
 
 STRATEGIES: dict[str, StrategyEntry] = {
-    "fedavg": StrategyEntry(NoParams, lambda c, s, f: flower.FedAvg(**_common(s)), "Flower's FedAvg", cost=STREAMED),
-    "krum": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Krum(num_malicious_nodes=f, **_common(s)),
+    "fedavg": StrategyEntry(NoParams, lambda c, s, f: flower.FedAvg(**flower_round_settings(s)), "Flower's FedAvg",
+                            cost=STREAMED),
+    "krum": StrategyEntry(ByzantineCount,
+                          lambda c, s, f: flower.Krum(num_malicious_nodes=f, **flower_round_settings(s)),
                           "Flower's Krum (Blanchard et al. 2017)", lambda f: 2 * f + 3, PAIRWISE),
     "multikrum": StrategyEntry(
         MultiKrumConfig,
-        lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=c.num_selected or per_round(s) - f,
-                                         **_common(s)),
+        lambda c, s, f: flower.MultiKrum(num_malicious_nodes=f,
+                                         num_nodes_to_select=c.num_selected or round_clients(s) - f,
+                                         **flower_round_settings(s)),
         "Flower's MultiKrum", lambda f: 2 * f + 3, PAIRWISE),
-    "bulyan": StrategyEntry(ByzantineCount, lambda c, s, f: flower.Bulyan(num_malicious_nodes=f, **_common(s)),
+    "bulyan": StrategyEntry(ByzantineCount,
+                            lambda c, s, f: flower.Bulyan(num_malicious_nodes=f, **flower_round_settings(s)),
                             "Flower's Bulyan (El Mhamdi et al. 2018)", lambda f: 4 * f + 3,
                             PAIRWISE + ", then a coordinate-wise median O(n d)"),
-    "fedmedian": StrategyEntry(NoParams, lambda c, s, f: flower.FedMedian(**_common(s)),
+    "fedmedian": StrategyEntry(NoParams, lambda c, s, f: flower.FedMedian(**flower_round_settings(s)),
                                "Flower's coordinate-wise median",
                                cost="O(n d) time (np.median partitions each coordinate), O(n d) memory"),
-    "fedtrimmedavg": StrategyEntry(TrimmedAvgConfig, lambda c, s, f: flower.FedTrimmedAvg(beta=c.beta, **_common(s)),
+    "fedtrimmedavg": StrategyEntry(TrimmedAvgConfig,
+                                   lambda c, s, f: flower.FedTrimmedAvg(beta=c.beta, **flower_round_settings(s)),
                                    "Flower's trimmed mean",
                                    cost="O(n d) time (np.partition per coordinate), O(n d) memory"),
     "dnc": StrategyEntry(
         DnCConfig,
         lambda c, s, f: robust.DnC(num_malicious_nodes=f, filter_frac=c.filter_frac, num_iters=c.num_iters,
-                                   sub_dim=c.sub_dim, seed=s.seeds.integer("dnc"), **_common(s)),
+                                   sub_dim=c.sub_dim, seed=s.seeds.integer("dnc"), **flower_round_settings(s)),
         "Divide-and-Conquer (Shejwalkar & Houmansadr 2021)", lambda f: f + 1,
         "O(num_iters n sub_dim min(n, sub_dim)) time (an SVD of n x sub_dim per iteration), O(n d) memory"),
-    "rfa": StrategyEntry(RFAConfig, lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol, **_common(s)),
+    "rfa": StrategyEntry(RFAConfig,
+                         lambda c, s, f: robust.RFA(nu=c.nu, max_iter=c.max_iter, ftol=c.ftol,
+                                                    **flower_round_settings(s)),
                          "RFA: geometric median by smoothed Weiszfeld (Pillutla et al. 2022)",
                          cost="O(max_iter n d) time (Weiszfeld iterations), O(n d) memory"),
     "fltrust": StrategyEntry(FLTrustConfig, _build_fltrust,
@@ -161,21 +187,23 @@ STRATEGIES: dict[str, StrategyEntry] = {
     "fedavgm": StrategyEntry(
         FedAvgMConfig,
         lambda c, s, f: flower.FedAvgM(server_learning_rate=c.server_learning_rate,
-                                       server_momentum=c.server_momentum, **_common(s)),
+                                       server_momentum=c.server_momentum, **flower_round_settings(s)),
         "Flower's FedAvgM: FedAvg with server momentum (Hsu et al. 2019)", cost=STREAMED),
     "fedprox": StrategyEntry(FedProxConfig, _build_fedprox,
                              "Flower's FedProx: FedAvg, clients add a proximal term (Li et al. 2020)",
                              cost=STREAMED),
     "fedadagrad": StrategyEntry(
-        FedAdagradConfig, lambda c, s, f: flower.FedAdagrad(eta=c.eta, tau=c.tau, **_common(s)),
+        FedAdagradConfig, lambda c, s, f: flower.FedAdagrad(eta=c.eta, tau=c.tau, **flower_round_settings(s)),
         "Flower's FedAdagrad: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "fedadam": StrategyEntry(
         FedAdamConfig,
-        lambda c, s, f: flower.FedAdam(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
+        lambda c, s, f: flower.FedAdam(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2,
+                                       **flower_round_settings(s)),
         "Flower's FedAdam: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "fedyogi": StrategyEntry(
         FedYogiConfig,
-        lambda c, s, f: flower.FedYogi(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2, **_common(s)),
+        lambda c, s, f: flower.FedYogi(eta=c.eta, tau=c.tau, beta_1=c.beta_1, beta_2=c.beta_2,
+                                       **flower_round_settings(s)),
         "Flower's FedYogi: adaptive server optimizer (Reddi et al. 2021)", cost=STREAMED),
     "qfedavg": StrategyEntry(QFedAvgConfig, _build_qfedavg,
                              "Flower's q-FedAvg: fair aggregation weighing high-loss clients up (Li et al. 2020)",

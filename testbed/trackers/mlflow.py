@@ -87,8 +87,10 @@ def _save_id(folder: Path, run_id: str, uri: str) -> None:
 
 
 class MlflowTracker(Tracker):
-    """Logs params (the blocks the kind reads), tags, metrics per step or round, and the report and
-    summary.json as artifacts to an MLflow store shared by the runs of a runs root."""
+    """Params, tags, metrics and the report to an MLflow store shared by the runs of a runs root.
+
+    Params are the blocks the kind reads; metrics are logged per step or round; the report and
+    summary.json are artifacts."""
 
     name = "mlflow"
     Config = MlflowSettings

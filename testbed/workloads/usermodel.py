@@ -8,11 +8,17 @@ subclass before it is called, and the standard library and the testbed's own mod
 (``os:system`` is not a model, and no scenario should build ``testbed`` internals).
 
 The module is imported from the Python path, or else from the working directory. Flower's client
-actors and other Ray workers must import it too: Ray itself puts the driver's working directory on
-its workers' path, and the folder the module was found in is added to ``PYTHONPATH``, which every
-process this one starts later inherits (the local engine's Ray, a test's emulated cluster), so a
-model found anywhere on the driver's path is found by the workers. On a multi-node cluster, install
-the package on every node (``pip install -e``) or put it on each node's ``PYTHONPATH``.
+actors and other Ray workers must import it too. On this machine: Ray itself puts the driver's
+working directory on its workers' path, and the folder the module was found in is added to
+``PYTHONPATH``, which every process this one starts later inherits (the local engine's Ray), so a
+model found anywhere on the driver's path is found by the workers. On a Ray cluster (``engine.type:
+ray``), whose nodes were started before the run with their own environment and may be other
+machines: `worker_code` names the model's package folder (or module file) where it was found
+outside the installed packages, and the engine has Ray ship it to every worker
+(``runtime_env={"py_modules": [...]}``: Ray uploads it to the cluster when the run joins and each
+node unpacks it on its workers' path), so a model in the user's working folder trains on every node
+without being installed there. A model installed in site-packages is not shipped: install it on
+every node, as the testbed itself is.
 
 `probe` builds the model once and runs a forward pass on a batch of the scenario's data, so
 ``testbed validate`` refuses a model that cannot be imported, built or run on that data, in one line
@@ -23,7 +29,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import site
 import sys
+import sysconfig
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -75,13 +83,40 @@ def _import(spec: str, module_name: str) -> Any:
 
 def _share_with_workers(module: Any, module_name: str) -> None:
     """Put the folder the module's top package lives in on ``PYTHONPATH`` for processes started later."""
+    top = _top_level_path(module, module_name)
+    if top is None:
+        return
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(top.parent) not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(top.parent), *paths])
+
+
+def _top_level_path(module: Any, module_name: str) -> Path | None:
+    """The folder of the module's top package, or the file of a top-level module; None for a
+    module without a file (a namespace package)."""
     file = getattr(module, "__file__", None)
     if file is None:
-        return
-    root = Path(file).resolve().parents[module_name.count(".") + (Path(file).name == "__init__.py")]
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(root) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(root), *paths])
+        return None
+    path = Path(file).resolve()
+    depth = module_name.count(".") + (path.name == "__init__.py")  # folders from the file up to the top one
+    return path.parents[depth - 1] if depth else path
+
+
+def worker_code(workload_params: dict[str, Any]) -> tuple[str, ...]:
+    """The code outside the installed packages that the run's workers must import: the top package
+    folder (or module file) of the workload's own model where it was not found in site-packages,
+    else nothing. Engines whose workers may be other machines ship it to them (see the module docstring)."""
+    spec = workload_params.get("model")
+    if not isinstance(spec, str) or not spec:
+        return ()
+    module_name = spec.partition(":")[0]
+    model_class(spec)  # imports it (validate has, in this process: no second import)
+    top = _top_level_path(sys.modules[module_name], module_name)
+    installed = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                             sysconfig.get_path("purelib"), sysconfig.get_path("platlib"))}
+    if top is None or installed & {top, *top.parents}:
+        return ()
+    return (str(top),)
 
 
 def build_model(spec: str, args: dict[str, Any]) -> Any:

@@ -55,7 +55,10 @@ def test_flwr_run_of_the_sdea_app_finishes_and_leaves_only_flowers_managed_super
     flwr_home = tmp_path / "flwr-home"
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()), "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port()),
-           "FLWR_DISABLE_UPDATE_CHECK": "1"}  # no call home: CI reaches only package registries
+           "FLWR_DISABLE_UPDATE_CHECK": "1",  # no call home: CI reaches only package registries
+           # A Ray cluster another test left up on this machine (tests/cluster) is what a bare
+           # ray.init() in Flower's simulation would join: start its own instead.
+           "RAY_ADDRESS": "local"}
     command = ["flwr", "run", str(APP), "--stream", "--federation-config", "num-supernodes=6",
                "--run-config", "num-server-rounds=2 sdea-epochs=5 public-size=256"]
     try:

@@ -1,0 +1,6 @@
+"""The smallest complete plugin of each kind the testbed loads, one module each (docs/extending.md).
+
+Installing this package (``pip install examples/plugins``) registers them through its entry points:
+strategy ``clipped_mean``, attack ``constant_push``, workload ``softmax_regression``, dataset
+``text_table`` and tracker ``csv_lines``.
+"""
