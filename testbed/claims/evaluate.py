@@ -284,7 +284,7 @@ def _with_q(group: GroupVerdict, q: float | None, rate: float) -> GroupVerdict:
 def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
           exact: bool, where: str) -> Side:
     _reported(comparison.operands(), per_seed, where)
-    pairs = [comparison.values(metrics) for metrics in per_seed]
+    pairs = _finite([comparison.values(metrics) for metrics in per_seed], comparison.text, where)
     margins = [comparison.margin(metrics) for metrics in per_seed]
     interval = paired_interval(margins, claims.level, claims.interval, exact)
     left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
@@ -295,8 +295,26 @@ def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]]
 def _detail(expression: Expression, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
             exact: bool, where: str) -> Detail:
     _reported(expression.operands(), per_seed, where)
-    values = [expression.value(metrics) for metrics in per_seed]
+    values = [value for value, _ in _finite([(expression.value(metrics), 0.0) for metrics in per_seed],
+                                            expression.text, where)]
     return Detail(expression.text, paired_interval(values, claims.level, claims.interval, exact))
+
+
+def _finite(pairs: list[tuple[float, float]], text: str, where: str) -> list[tuple[float, float]]:
+    """``pairs`` (each seed's two sides), refused in one line naming the field where a side is no
+    finite number on some seed: a division by a metric that is zero there, or a metric that is
+    infinite or NaN. Validate can only check the constants; this is the same check on the metrics."""
+    for seed, sides in enumerate(pairs):
+        if not all(math.isfinite(side) for side in sides):
+            raise ScenarioError(f"{where}: '{text}' is no finite number on the {_ordinal(seed + 1)} paired seed "
+                                f"({sides[0]!r} vs {sides[1]!r}): a division by a metric that is zero there, or a "
+                                "metric that is not finite; the runs are kept, so correct the predicate and "
+                                "evaluate again")
+    return pairs
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _reported(operands: list[tuple[str, str]], per_seed: list[dict[str, Mapping[str, float]]], where: str) -> None:

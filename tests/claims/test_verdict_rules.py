@@ -19,6 +19,7 @@ from testbed.claims import docs, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import Verdict, evaluate, with_q_values
 from testbed.claims.statistics import q_values, seeds_needed, t_test_power
+from testbed.errors import ScenarioError
 
 SEEDS = range(5)
 SPREAD = [-2.0, -1.0, 0.0, 1.0, 2.0]  # standard deviation sqrt(2.5): scaled below to a chosen one
@@ -243,3 +244,17 @@ def test_the_headline_counts_statements_by_type(tmp_path):
     assert "| claim | 2 | 1 | 1 |" in index
     assert "| setting | 1 | 1 | 0 |" in index and "| ablation | 1 | 1 | 0 |" in index
     assert "| s1 (setting) |" in index and "| s1 (setting) |" in page
+
+
+@pytest.mark.parametrize("text", ["a.acc / b.acc > 1", "a.acc > base.acc / b.acc"])
+def test_a_predicate_that_divides_by_a_metric_zero_on_a_seed_is_one_line_naming_it(text):
+    # Validate refuses a constant division by zero; a metric that is zero on one seed only shows
+    # after the runs. It must be one line naming the field, not a ZeroDivisionError nor a margin
+    # of infinity that rounding would call zero (a tie).
+    claims = _claims({"predicate": text})
+    variants = _variants()
+    metrics = {slug: {"acc": 0.0 if raw["workload"]["variant"] == "b" and raw["seed"] == 2 else 1.0 + raw["seed"]}
+               for slug, raw in variants.items()}
+    with pytest.raises(ScenarioError, match=r"tiny.yaml.*statements.0.predicate: .* is no finite number on the 3rd "
+                                            r"paired seed"):
+        evaluate(claims, variants, metrics, "tiny.yaml")
