@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,7 +15,7 @@ from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import check_claims, evaluate
 from testbed.errors import ScenarioError
 from tests.conftest import TINY_SCENARIO
-from tests.core.test_bad_input_corpus import Case, _assert_one_line_naming, _prepare
+from tests.core.test_bad_input_corpus import Case, assert_refused_cleanly
 
 # "My rule beats the other by at least 2 points over 3 seeds", as a researcher writes it in their sweep.
 OWN = {"id": "big-step-wins", "predicate": "fast.test_accuracy - slow.test_accuracy > 0.02",
@@ -156,11 +155,4 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_own_claims_are_one_line_exit_2_and_leave_no_run_folder(cli, tmp_path, monkeypatch, case: Case):
-    monkeypatch.chdir(tmp_path)
-    path, overrides = _prepare(case, tmp_path)
-    for command in ("validate", "run"):
-        extra = ["--run-dir", tmp_path / "run", "--quiet"] if command == "run" else []
-        code, _, err = cli(command, path, *overrides, *extra)
-        assert code == 2, f"{command}: exit {code}: {err[-2000:]}"
-        _assert_one_line_naming(err, path, overrides, case.words)
-        assert not (tmp_path / "run").exists() and not any(Path(tmp_path / "runs").glob("*")), command
+    assert_refused_cleanly(cli, tmp_path, monkeypatch, case)

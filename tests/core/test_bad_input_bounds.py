@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from testbed.sweep_names import axis_labels
-from tests.core.test_bad_input_corpus import Case, Replace, _assert_one_line_naming, _prepare
+from tests.core.test_bad_input_corpus import Case, Replace, _assert_one_line_naming, _prepare, assert_refused_cleanly
 from tests.pretrain.test_pretrain_run import TINY_PRETRAIN
 
 W, F, D, P = "workload", "federated", "decentralized", "pretrain"
@@ -113,17 +113,7 @@ CASES: list[Case] = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_unbounded_or_impossible_scenario_is_one_line_exit_2(cli, tmp_path, monkeypatch, case: Case):
-    monkeypatch.chdir(tmp_path)
-    path, overrides = _prepare(case, tmp_path)
-    run_dir = tmp_path / "run"
-    for command in ("validate", "run"):
-        args: list[Any] = [command, path, *overrides]
-        if command == "run":
-            args += ["--run-dir", run_dir, "--quiet"]
-        code, _, err = cli(*args)
-        assert code == 2, f"{command}: exit {code}: {err[-2000:]}"
-        _assert_one_line_naming(err, path, overrides, case.words)
-        assert not run_dir.exists(), command
+    assert_refused_cleanly(cli, tmp_path, monkeypatch, case)
 
 
 def test_a_pretraining_batch_larger_than_the_packed_corpus_is_refused_at_run_start(cli, tmp_path):

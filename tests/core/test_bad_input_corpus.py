@@ -414,6 +414,13 @@ def test_the_corpus_is_large_and_covers_every_kind_and_block():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_malformed_scenario_is_one_line_exit_2_and_leaves_no_run_folder(cli, tmp_path, monkeypatch, case: Case):
+    assert_refused_cleanly(cli, tmp_path, monkeypatch, case)
+
+
+def assert_refused_cleanly(cli, tmp_path: Path, monkeypatch, case: Case) -> None:
+    """The corpus's promise for one case, through ``validate`` and ``run``: exit 2, one line naming
+    the file (or the ``--set``) and the field, no run folder (neither ``--run-dir`` nor under
+    ``runs/``). The other bad-input files (bounds, user data, own claims, overflow) use it too."""
     monkeypatch.chdir(tmp_path)  # the default run folder, runs/<name>-<time>, would land here
     path, overrides = _prepare(case, tmp_path)
     run_dir = tmp_path / "run"

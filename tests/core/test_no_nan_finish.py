@@ -22,7 +22,7 @@ from opacus.accountants import RDPAccountant
 
 from testbed.federated.config import FederatedConfig, PrivacyConfig, SamplingConfig
 from testbed.federated.privacy import RoundAccountant, epsilon_curve, last_round
-from tests.core.test_bad_input_corpus import Case, Replace, _assert_one_line_naming, _prepare
+from tests.core.test_bad_input_corpus import Case, Replace, _assert_one_line_naming, assert_refused_cleanly
 from tests.decentralized.conftest import TINY as DECENTRALIZED
 from tests.federated.test_federated_runs import FEDERATED
 from tests.pretrain.test_pretrain_run import TINY_PRETRAIN
@@ -51,14 +51,7 @@ CASES: list[Case] = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_parameter_that_can_only_overflow_is_refused_in_one_line(cli, tmp_path, monkeypatch, case: Case):
-    monkeypatch.chdir(tmp_path)
-    path, overrides = _prepare(case, tmp_path)
-    for command in ("validate", "run"):
-        extra = ["--run-dir", tmp_path / "run", "--quiet"] if command == "run" else []
-        code, _, err = cli(command, path, *overrides, *extra)
-        assert code == 2, f"{command}: exit {code}: {err[-2000:]}"
-        _assert_one_line_naming(err, path, overrides, case.words)
-        assert not (tmp_path / "run").exists()
+    assert_refused_cleanly(cli, tmp_path, monkeypatch, case)
 
 
 def _write(tmp_path: Path, scenario: dict) -> Path:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.core.test_bad_input_corpus import Case, F, Replace, W, _assert_one_line_naming, _prepare
+from tests.core.test_bad_input_corpus import Case, F, Replace, W, assert_refused_cleanly
 
 
 def _png(level: int = 100, size: tuple[int, int] = (20, 16), noise: bool = False) -> bytes:
@@ -183,15 +183,4 @@ def test_bad_user_data_or_model_is_one_line_exit_2_and_leaves_no_run_folder(cli,
                                                                              own_import_path, case: Case):
     if case.id.startswith("data-huggingface"):
         pytest.importorskip("datasets", reason="the 'hf' extra (datasets) is not installed")
-    monkeypatch.chdir(tmp_path)  # the default run folder, runs/<name>-<time>, would land here
-    path, overrides = _prepare(case, tmp_path)
-    run_dir = tmp_path / "run"
-    for command in ("validate", "run"):
-        args: list[Any] = [command, path, *overrides]
-        if command == "run":
-            args += ["--run-dir", run_dir, "--quiet"]
-        code, _, err = cli(*args)
-        assert code == 2, f"{command}: exit {code}: {err[-2000:]}"
-        _assert_one_line_naming(err, path, overrides, case.words)
-        assert not run_dir.exists(), command
-        assert not any((tmp_path / "runs").glob("*")), command
+    assert_refused_cleanly(cli, tmp_path, monkeypatch, case)
