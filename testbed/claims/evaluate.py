@@ -16,12 +16,12 @@ verdicts of many statements for multiple comparisons (Benjamini-Hochberg).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from testbed.claims.config import ClaimsConfig, Statement
-from testbed.claims.expressions import Comparison, Expression, parse_comparison, parse_expression
+from testbed.claims.expressions import ArmMetrics, Comparison, Expression, parse_comparison, parse_expression
 from testbed.claims.statistics import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -284,7 +284,7 @@ def _with_q(group: GroupVerdict, q: float | None, rate: float) -> GroupVerdict:
 def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
           exact: bool, where: str) -> Side:
     _reported(comparison.operands(), per_seed, where)
-    pairs = _finite([comparison.values(metrics) for metrics in per_seed], comparison.text, where)
+    pairs = _divided(comparison.values, per_seed, comparison.text, where)
     margins = [comparison.margin(metrics) for metrics in per_seed]
     interval = paired_interval(margins, claims.level, claims.interval, exact)
     left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
@@ -295,21 +295,21 @@ def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]]
 def _detail(expression: Expression, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,
             exact: bool, where: str) -> Detail:
     _reported(expression.operands(), per_seed, where)
-    values = [value for value, _ in _finite([(expression.value(metrics), 0.0) for metrics in per_seed],
-                                            expression.text, where)]
+    values = [value for value, _ in _divided(lambda m: (expression.value(m), 0.0), per_seed, expression.text, where)]
     return Detail(expression.text, paired_interval(values, claims.level, claims.interval, exact))
 
 
-def _finite(pairs: list[tuple[float, float]], text: str, where: str) -> list[tuple[float, float]]:
-    """``pairs`` (each seed's two sides), refused in one line naming the field where a side is no
-    finite number on some seed: a division by a metric that is zero there, or a metric that is
-    infinite or NaN. Validate can only check the constants; this is the same check on the metrics."""
-    for seed, sides in enumerate(pairs):
-        if not all(math.isfinite(side) for side in sides):
-            raise ScenarioError(f"{where}: '{text}' is no finite number on the {_ordinal(seed + 1)} paired seed "
-                                f"({sides[0]!r} vs {sides[1]!r}): a division by a metric that is zero there, or a "
-                                "metric that is not finite; the runs are kept, so correct the predicate and "
-                                "evaluate again")
+def _divided(sides: Callable[[ArmMetrics], tuple[float, float]], per_seed: list[dict[str, Mapping[str, float]]],
+             text: str, where: str) -> list[tuple[float, float]]:
+    """``sides`` on each seed's metrics, refused in one line naming the field where it divides by a
+    metric that is zero on some seed: validate can check only the constants (`expressions`)."""
+    pairs = []
+    for seed, metrics in enumerate(per_seed):
+        try:
+            pairs.append(sides(metrics))
+        except ZeroDivisionError:
+            raise ScenarioError(f"{where}: '{text}' divides by a metric that is zero on the {_ordinal(seed + 1)} "
+                                "paired seed; the runs are kept, so correct the predicate and evaluate again") from None
     return pairs
 
 
