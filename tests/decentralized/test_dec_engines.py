@@ -52,8 +52,6 @@ def reference_run(tmp_path_factory) -> Path:
 
 
 def test_ray_actors_give_the_vectorised_model(cli, tmp_path, tiny_scenario, reference_run):
-    pytest.importorskip("ray")
-
     run = _run(cli, tmp_path, tiny_scenario, "ray", {"type": "local", "use_ray": "always", "num_cpus": 2})
 
     assert json.loads((run / "summary.json").read_text())["engine"]["type"] == "local"
