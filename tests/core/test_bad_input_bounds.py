@@ -9,6 +9,7 @@ with no run folder left. The same cases, and some bundled scenarios, then run th
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import subprocess
@@ -181,3 +182,42 @@ def test_bundled_scenarios_validate_within_a_minute_in_4_gib_of_address_space(sc
     done = _validate_limited(REPOSITORY / scenario, [], REPOSITORY)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stderr == ""
+
+
+CORPUS_CHILD = """
+import contextlib, io, json, os, sys, time
+from testbed.cli import main
+results = []
+for case in json.load(open(sys.argv[1])):
+    os.chdir(case["cwd"])
+    err = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(["validate", case["path"], *case["overrides"]])
+    results.append({"id": case["id"], "code": code, "seconds": time.perf_counter() - started, "err": err.getvalue()})
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+
+def test_the_whole_bad_input_corpus_is_refused_in_4_gib_of_address_space(tmp_path):
+    """Every case of tests/core/test_bad_input_corpus.py through ``testbed validate`` in one process
+    under the limit (one process, so the corpus costs seconds, not a start-up per case): exit 2, one
+    line naming the field, each within the minute."""
+    from tests.core.test_bad_input_corpus import CASES as CORPUS
+
+    manifest = []
+    for case in CORPUS:
+        folder = tmp_path / case.id
+        folder.mkdir()
+        path, overrides = _prepare(case, folder)
+        manifest.append({"id": case.id, "cwd": str(folder), "path": str(path), "overrides": overrides})
+    (tmp_path / "cases.json").write_text(json.dumps(manifest))
+    command = [sys.executable, "-c", CORPUS_CHILD, str(tmp_path / "cases.json"), str(tmp_path / "out.json")]
+    done = subprocess.run(command, preexec_fn=_limited, capture_output=True, text=True, timeout=20 * TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = {r["id"]: r for r in json.loads((tmp_path / "out.json").read_text())}
+    assert len(results) == len(CORPUS) >= 80
+    for case, entry in zip(CORPUS, manifest):
+        result = results[case.id]
+        assert result["code"] == 2 and result["seconds"] < TIMEOUT_S, (case.id, result)
+        _assert_one_line_naming(result["err"], Path(entry["path"]), entry["overrides"], case.words)
