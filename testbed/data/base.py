@@ -4,6 +4,7 @@ a source subclasses, the `SourceError` its checks raise, and the label encoding 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,7 +25,7 @@ class NoOptions(StrictModel):
     """The options of a source that has none of its own."""
 
 
-class DataSource:
+class DataSource(ABC):
     """One kind of data: its name, options and capabilities on the class, its files on the instance.
 
     ``columns``: the data has named columns, so ``data.partition.column`` may name the owner one;
@@ -47,9 +48,9 @@ class DataSource:
         """Refuse data the source cannot read, cheaply; the number of samples where it is cheap."""
         return None
 
+    @abstractmethod
     def load(self) -> Dataset:
         """The whole dataset (with the source's own test split marked in ``is_test``, if it has one)."""
-        raise NotImplementedError
 
     def is_image(self) -> bool:
         return bool(self.image)
