@@ -45,7 +45,9 @@ def build_source(data: Any) -> DataSource:
 def _option_problem(err: ValidationError, cls: type[DataSource], common: list[str]) -> tuple[str, str]:
     """(field, problem) of the first error in a source's options; an unknown key is matched against
     the source's options and the data block's own keys (``datset`` is a typo of ``dataset``)."""
-    first = err.errors()[0]
+    errors = err.errors()
+    # A misspelt option is both unknown and missing: name the typo, which says what to fix.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     field = ".".join(str(part) for part in first["loc"]) or "dataset"
     if first["type"] == "extra_forbidden":
         from testbed.errors import did_you_mean

@@ -104,6 +104,10 @@ CASES: list[Case] = [
          ("data.categorical", "t.csv", "'color'", "not numbers"), files={"t.csv": _csv()}),
     Case("data-table-unknown-option", W, _table(lable="y"), ("data.lable", "did you mean 'label'"),
          files={"t.csv": _csv()}),
+    # Misspelt, the label is both an unknown key and a missing one: the line names the typo.
+    Case("data-table-misspelt-required-option", W,
+         {"data": {"dataset": "table", "path": "{tmp}/t.csv", "lable": "y", "categorical": ["color", "site"]},
+          "workload": {"arch": "mlp"}}, ("data.lable", "did you mean 'label'"), files={"t.csv": _csv()}),
     Case("data-table-label-sets-differ", W, _table(test_path="{tmp}/test.csv"),
          ("data.test_path", "test.csv", "label sets", "7"),
          files={"t.csv": _csv(), "test.csv": _csv(rows=6, values="0,1,7")}),
