@@ -64,4 +64,10 @@ class WandbTracker(Tracker):
         self.wandb_run.summary.update(numeric(final))
 
     def close(self) -> None:
+        import wandb
+
         self.wandb_run.finish()
+        # finish() returns before wandb's service has written the run file (it held only its 7-byte
+        # header in about a third of the runs); teardown waits for the service, so the file is whole
+        # when the command returns. A command has one W&B run at a time, so nothing else is cut short.
+        wandb.teardown()

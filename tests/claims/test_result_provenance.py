@@ -5,6 +5,7 @@ stability, "verified at <commit>")."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,15 +205,34 @@ def test_check_options_are_refused_in_one_line(cli, tmp_path, args, words):
     assert not (tmp_path / "runs").exists()
 
 
-def test_check_lists_a_result_file_without_fingerprints_as_stale(cli, tmp_path):
+def test_check_lists_each_result_file_current_or_stale_and_runs_nothing(cli, tmp_path):
     code, out, err = cli("reproduce", "--check", "gridcoarsen", "--runs-dir", tmp_path / "runs")
 
     assert code == 0, err
-    line = out.strip().splitlines()[0]
-    # The committed file predates fingerprints: every record is out of date, with what a sample costs.
-    assert line.startswith("stale: docs/reproduction/results/workloads/gridcoarsen.json: 15 of 15 variants "
-                           "(no fingerprint recorded: 15); a sample of 6 variants re-runs in about ")
+    (line,) = out.strip().splitlines()
+    # Whether the committed file is current depends on what changed since it ran; either way one line
+    # says so, and a stale one says why and what re-running a sample and the whole file cost.
+    shown = "docs/reproduction/results/workloads/gridcoarsen.json"
+    stale = re.fullmatch(rf"stale: {shown}: \d+ of 15 variants \((.+)\); a sample of 6 variants re-runs in "
+                         r"about [\d.]+ min, the whole file in [\d.]+ min", line)
+    assert stale or re.fullmatch(rf"current: {shown}: 15 variants, .+", line), line
     assert not (tmp_path / "runs").exists()  # without --sample nothing runs
+
+
+def test_a_result_file_without_fingerprints_is_stale_in_every_record(tmp_path):
+    import testbed.claims.reproduce as reproduce
+
+    item = reproduce.load(ROOT, "workloads/gridcoarsen.yaml", "test")
+    published = results.read_results(ROOT / "docs" / "reproduction" / "results" / "workloads" / "gridcoarsen.json")
+    records = {slug: {**published[slug], "config": results.variant_hash(raw), "fingerprint": None}
+               for slug, raw in item.variants.items()}
+    result_file = tmp_path / "results" / "workloads" / "gridcoarsen.json"
+    results.write_results(result_file, "scenarios/workloads/gridcoarsen.yaml", records)
+
+    (line,) = reproduce.check_results(ROOT, ["gridcoarsen"], "test", tmp_path, None, quiet=True)
+
+    assert line.startswith(f"stale: {result_file}: 6 of 6 variants (no fingerprint recorded: 6); a sample of 6 "
+                           "variants re-runs in about "), line
 
 
 def test_check_verifies_a_stale_file_and_then_lists_it_current(tmp_path, monkeypatch):

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from testbed.cluster import local as cluster_local
 from testbed.faults import KILL_AFTER_RECORDS
 from tests.cluster.test_cluster import _finish, _summary, _without_timings
 
@@ -149,7 +150,10 @@ def test_own_data_model_and_rule_run_alike_on_local_and_a_cluster_and_resume_aft
         assert code == 0, err[-3000:]
 
     local, cluster = _summary(tmp_path / "local"), _summary(tmp_path / "cluster")
-    assert cluster["engine"]["nodes"] == 3 and local["engine"]["type"] == "local"
+    # The session's cluster has its head (no CPUs) and two workers, or one once test_cluster.py's
+    # node-kill test has run: the run used every node alive, so its tasks ran on worker nodes.
+    alive = sum(n["alive"] for n in cluster_local.status()["nodes"])
+    assert cluster["engine"]["nodes"] == alive >= 2 and local["engine"]["type"] == "local"
     rounds = _without_timings(tmp_path / "local")
     assert [r["round"] for r in rounds] == [1, 2, 3] and all(r["clients_trained"] == 4 for r in rounds)
     assert _without_timings(tmp_path / "cluster") == rounds

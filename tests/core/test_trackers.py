@@ -95,6 +95,8 @@ def test_wandb_offline_files_hold_the_params_metrics_per_step_and_summary(cli, t
 
     (path,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")  # the files stay in the run folder
     found = list(records(path))
+    types = [r.WhichOneof("record_type") for r in found]
+    assert types.count("run") == 1, (path.stat().st_size, types)
     (run,) = [r.run for r in found if r.WhichOneof("record_type") == "run"]
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["workload.hidden"] == 16 and "sweep.grid" not in config and run.project == "study"
