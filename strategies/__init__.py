@@ -5,7 +5,7 @@ A library: it imports nothing else of the testbed, so it serves any Flower app.
 Layout:
 
 * :mod:`testbed.strategies.robust` -- pure aggregation rules on a ``[n_clients, dim]``
-  update matrix (``mean``, ``dnc``, ``rfa``, ``fltrust``), registry ``AGGREGATORS``.
+  update matrix (``mean``, ``dnc``, ``rfa``, ``fltrust``).
 * :mod:`testbed.strategies.attacks` -- data and model attacks, registry ``ATTACKS``
   (omniscient LIE / Min-Max / Min-Sum live in :mod:`testbed.strategies.omniscient`).
 * :mod:`testbed.strategies.sdea` -- SDEA's learned weights (``sdea_weights``) and
@@ -24,11 +24,10 @@ from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_mode
 from .base import RobustFedAvg, ServerSideAttack
 from .flower import RFA, SDEA, DnC, FLTrust
 from .mods import ServerSideAttackStrategy, byzantine_mod, poisoned_data
-from .robust import AGGREGATORS, Aggregate, aggregate
+from .robust import Aggregate
 from .sdea import sdea_weights
 
 __all__ = [
-    "AGGREGATORS",
     "ATTACKS",
     "Aggregate",
     "Attack",
@@ -39,7 +38,6 @@ __all__ = [
     "SDEA",
     "ServerSideAttack",
     "ServerSideAttackStrategy",
-    "aggregate",
     "byzantine_mod",
     "poison_labels",
     "poison_updates",

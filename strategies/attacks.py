@@ -42,12 +42,15 @@ from .vectors import flatten_state
 @dataclass(frozen=True)
 class Attack:
     """A registered attack: its ``kind`` ("data"/"model"/"backdoor"), function, whether it is
-    omniscient, and whether its upload is boosted (model replacement)."""
+    omniscient, whether its upload is boosted (model replacement), and whether a model attack
+    writes whole models (``full_model``: ``fn`` gets the states and ``init``, the round-0 model)
+    rather than updates."""
 
     kind: str
     fn: Callable[..., Any]  # data and model attacks return a Tensor, backdoor attacks (x, y)
     omniscient: bool = False
     boosted: bool = False
+    full_model: bool = False
 
 
 def _check_rate(rate: float) -> None:
@@ -151,8 +154,8 @@ def random_model_vector(model_fn: Callable[[], torch.nn.Module], seed: int) -> T
 ATTACKS: dict[str, Attack] = {
     "pair_flip": Attack("data", pair_flip),
     "sym_flip": Attack("data", sym_flip),
-    "random_noise": Attack("model", random_model),  # SDEA's "RanN"
-    "add_noise": Attack("model", add_noise),
+    "random_noise": Attack("model", random_model, full_model=True),  # SDEA's "RanN"
+    "add_noise": Attack("model", add_noise, full_model=True),
     "sign_flip": Attack("model", sign_flip),
     "gaussian": Attack("model", gaussian),
     "lie": Attack("model", lie, omniscient=True),

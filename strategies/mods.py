@@ -45,7 +45,6 @@ from .vectors import flatten_state, unflatten_state
 Mod = Callable[[Message, Context, Callable[[Message, Context], Message]], Message]
 MARK = "byzantine"  # the context.state ConfigRecord that marks a data or backdoor attacker
 INIT = "byzantine.init"  # the first global model a full-model attacker saw
-_FULL_MODEL = frozenset({"random_noise", "add_noise"})
 
 
 def _generator(seed: int, server_round: int, partition_id: int) -> torch.Generator:
@@ -100,7 +99,7 @@ def _model_attack(name: str, params: dict[str, Any], global_state: dict[str, Ten
                   context: Context, generator: torch.Generator) -> Tensor:
     """The attacked upload (a full state vector) of one client."""
     global_vec, local_vec = flatten_state(global_state), flatten_state(local_state)
-    if name in _FULL_MODEL:
+    if get_attack(name).full_model:
         if INIT not in context.state:
             context.state[INIT] = ArrayRecord(global_state)
         init = flatten_state(context.state.array_records[INIT].to_torch_state_dict())
@@ -157,7 +156,7 @@ class ServerSideAttackStrategy(Strategy):
             return
         states = torch.stack([flatten_state(_arrays(r)[1].to_torch_state_dict()) for r in replies])
         generator = torch.Generator().manual_seed(self.attack.seed * 1_000_003 + server_round)
-        if self.attack.name in _FULL_MODEL:
+        if get_attack(self.attack.name).full_model:
             poisoned = poison_updates(self.attack.name, states, mask, generator, **self.attack.params)
         else:
             poisoned = global_vec + poison_updates(self.attack.name, states - global_vec, mask, generator,

@@ -13,13 +13,13 @@ Implemented rules (equations written from the papers):
   ("Robust Aggregation for Federated Learning"), Algorithm 2.
 * ``fltrust``: FLTrust, Cao et al., NDSS 2021, Eq. (1)-(3).
 
-``AGGREGATORS`` maps each name to its function; all share the call shape
-``fn(updates, weights=None, **params) -> Aggregate``.
+All share the call shape ``fn(updates, weights=None, **params) -> Aggregate``. They have no
+table of names: a scenario names a strategy, and each strategy's declaration
+(`testbed.federated.strategies`) calls its rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -177,20 +177,3 @@ def fltrust(
     scale = torch.where(norms > 0, g0_norm / safe, torch.zeros_like(norms))
     rescaled = updates * scale.unsqueeze(1)
     return Aggregate(share @ rescaled, share, trust <= 0)
-
-
-AggregatorFn = Callable[..., Aggregate]
-
-AGGREGATORS: dict[str, AggregatorFn] = {
-    "mean": mean,
-    "dnc": dnc,
-    "rfa": geometric_median,
-    "fltrust": fltrust,
-}
-
-
-def aggregate(name: str, updates: torch.Tensor, weights: torch.Tensor | None = None, **params) -> Aggregate:
-    """Look up ``name`` in :data:`AGGREGATORS` and apply it."""
-    if name not in AGGREGATORS:
-        raise ValueError(f"name: unknown aggregator {name!r}; valid: {sorted(AGGREGATORS)}")
-    return AGGREGATORS[name](updates, weights, **params)

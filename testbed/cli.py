@@ -22,11 +22,16 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.errors import ResumableFailure, RunInterrupted, UserError, one_line
 
+if TYPE_CHECKING:
+    from testbed.run import RunFolder
+
 REPO_SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-LISTABLE = ("workloads", "strategies", "attacks", "topologies", "datasets", "trackers", "scenarios", "papers")
+LISTABLE = ("workloads", "strategies", "attacks", "topologies", "datasets", "trackers", "engines", "partitioners",
+            "scenarios", "papers")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                           "not in RUN_DIR/log.txt")
     run.add_argument("--no-sweep", action="store_true",
                      help="run the scenario once as written, ignoring its sweep: block")
+    run.add_argument("--no-report", dest="report", action="store_false",
+                     help="write no HTML report (nor a sweep's variants' reports); `testbed report` renders it later")
 
     validate = sub.add_parser("validate", help="check scenario files fully without starting anything")
     validate.add_argument("files", nargs="+", help="scenario YAML files")
@@ -58,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--quiet", action="store_true", help="no progress bars")
     resume.add_argument("--verbose", action="store_true",
                         help="libraries' logs and warnings on the console, not in RUN_DIR/log.txt")
+    resume.add_argument("--no-report", dest="report", action="store_false",
+                        help="write no HTML report (nor a sweep's variants' reports); `testbed report` renders "
+                             "it later")
 
     report = sub.add_parser("report", help="re-render the report of a run folder")
     report.add_argument("run_dir", type=Path)
@@ -70,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="folder of the page (default runs/compare-<timestamp>)")
 
     listing = sub.add_parser("list", help=(
-        "list registered workloads, strategies, attacks, topologies, datasets, trackers or scenarios"))
+        "list registered workloads, strategies, attacks, topologies, datasets, trackers, engines, partitioners, "
+        "scenarios or papers"))
     listing.add_argument("what", nargs="?", choices=LISTABLE, default="workloads")
 
     reproduce = sub.add_parser("reproduce", help=(
@@ -110,11 +121,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = validate_raw(raw, args.file, args.overrides)
     if scenario.sweep is not None:
         run = run_sweep(raw, scenario, args.file, args.run_dir or default_run_dir(scenario), args.quiet,
-                        overrides=args.overrides)
+                        overrides=args.overrides, reports=args.report)
         _print_sweep_outcome(run)
     else:
-        run = start_run(scenario, args.file, args.run_dir, args.quiet, args.overrides, args.verbose)
-    print(f"report: {run.report_dir / 'index.html'}")
+        run = start_run(scenario, args.file, args.run_dir, args.quiet, args.overrides, args.verbose, args.report)
+    _print_report_line(run, args.report)
     return 0
 
 
@@ -201,12 +212,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
     raw = folder.read_config()
     if raw.get("sweep"):
         run = run_sweep(raw, validate_raw(raw, str(folder.config_path)), str(folder.config_path), folder.path,
-                        args.quiet)
+                        args.quiet, reports=args.report)
         _print_sweep_outcome(run)
     else:
-        run = resume_run(args.run_dir, args.quiet, args.verbose)
-    print(f"report: {run.report_dir / 'index.html'}")
+        run = resume_run(args.run_dir, args.quiet, args.verbose, args.report)
+    _print_report_line(run, args.report)
     return 0
+
+
+def _print_report_line(run: RunFolder, report: bool) -> None:
+    print(f"report: {run.report_dir / 'index.html'}" if report else
+          f"run folder: {run.path} (no report: `testbed report {run.path}` renders it)")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -296,13 +312,29 @@ def _trackers() -> dict:
 
 
 def _topologies() -> dict:
-    from testbed.topologies import GRAPH_BUILDERS
+    from testbed.decentralized.graphs import registered_topologies
 
-    return GRAPH_BUILDERS
+    return registered_topologies()
+
+
+def _engines() -> dict:
+    from testbed.engines.config import registered_engines
+
+    # What each engine offers with its default settings (``local`` with use_ray: never offers less).
+    engines = registered_engines()
+    offers = {name: ", ".join(sorted(cls.model_construct(type=name).capabilities())) for name, cls in engines.items()}
+    return {name: f"{_first_line(cls).rstrip('.')}; offers: {offers[name]}" for name, cls in engines.items()}
+
+
+def _partitioners() -> dict:
+    from testbed.data.partition import registered_partitioners
+
+    return registered_partitioners()
 
 
 REGISTRIES: dict[str, Callable[[], dict]] = {"strategies": _strategies, "attacks": _attacks, "topologies": _topologies,
-                                             "datasets": _datasets, "trackers": _trackers, "papers": _papers}
+                                             "datasets": _datasets, "trackers": _trackers, "engines": _engines,
+                                             "partitioners": _partitioners, "papers": _papers}
 
 
 def _display_path(path: Path) -> str:

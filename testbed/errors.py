@@ -34,10 +34,13 @@ class RunInterrupted(KeyboardInterrupt):
 ECHO_LIMIT = 80
 
 
-def shorten(value: object, limit: int = ECHO_LIMIT) -> str:
-    """``repr(value)``, cut to ``limit`` characters with an ellipsis, for echoing user input in a message."""
+def shorten(value: object, limit: int = ECHO_LIMIT, keep_end: bool = False) -> str:
+    """``repr(value)``, cut to ``limit`` characters with an ellipsis, for echoing user input in a message.
+    ``keep_end`` cuts the start instead: a long path keeps its file name, the part that tells which file."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    return "..." + text[3 - limit:] if keep_end else text[: limit - 3] + "..."
 
 
 def one_line(message: str) -> str:

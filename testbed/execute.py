@@ -34,13 +34,14 @@ def default_run_dir(scenario: Scenario) -> Path:
 
 
 def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quiet: bool = False,
-              overrides: Sequence[str] = (), verbose: bool = False) -> RunFolder:
+              overrides: Sequence[str] = (), verbose: bool = False, report: bool = True) -> RunFolder:
     """Validate, create the run folder (recording the ``--set`` ``overrides``) and run the scenario to the end
-    (``verbose``: libraries' logs on the console, not in the run's log.txt)."""
+    (``verbose``: libraries' logs on the console, not in the run's log.txt; ``report`` False: no report,
+    `report_run` renders it later)."""
     preflight(scenario, source)
     run = RunFolder.create(run_dir or default_run_dir(scenario), scenario.model_dump(mode="json"), overrides, source)
     try:
-        _execute(scenario, run, quiet, source, verbose)
+        _execute(scenario, run, quiet, source, verbose, report)
     except ResumableFailure:
         raise  # a lost node: the folder is what `testbed resume` continues, checkpoint or not
     except Exception:
@@ -57,7 +58,7 @@ def start_run(scenario: Scenario, source: str, run_dir: Path | None = None, quie
     return run
 
 
-def resume_run(run_dir: Path, quiet: bool = False, verbose: bool = False) -> RunFolder:
+def resume_run(run_dir: Path, quiet: bool = False, verbose: bool = False, report: bool = True) -> RunFolder:
     """Continue an interrupted run from its newest checkpoint (refused while another process runs it)."""
     run = RunFolder.open(run_dir)
     run.lock()
@@ -67,7 +68,7 @@ def resume_run(run_dir: Path, quiet: bool = False, verbose: bool = False) -> Run
         scenario = validate_raw(run.read_config(), source=str(run.config_path))
         preflight(scenario, str(run.config_path))
         run.rewind_to_checkpoint()
-        _execute(scenario, run, quiet, str(run.config_path), verbose)
+        _execute(scenario, run, quiet, str(run.config_path), verbose, report)
     except KeyboardInterrupt:
         raise RunInterrupted(run.path) from None
     finally:
@@ -75,12 +76,13 @@ def resume_run(run_dir: Path, quiet: bool = False, verbose: bool = False) -> Run
     return run
 
 
-def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str, verbose: bool = False) -> None:
+def _execute(scenario: Scenario, run: RunFolder, quiet: bool, source: str, verbose: bool = False,
+             report: bool = True) -> None:
     with library_output(run.path, verbose):
-        _execute_quietly(scenario, run, quiet, source)
+        _execute_quietly(scenario, run, quiet, source, report)
 
 
-def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: str) -> None:
+def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: str, report: bool = True) -> None:
     runner = kinds.runner(scenario.kind)
     trackers = open_trackers(scenario.report, run, run.title())
 
@@ -104,9 +106,10 @@ def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: st
             "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
             "source": provenance(run, source), "versions": _versions(), "fingerprint": run_fingerprint(),
         })
-        report = report_run(run)
+        # Without a report (a sweep whose variants nobody reads one of) trackers get the folder it would be in.
+        report_dir = report_run(run).parent if report else run.report_dir
         for tracker in trackers:
-            tracker.finish(final, report.parent)
+            tracker.finish(final, report_dir)
     finally:
         for tracker in trackers:
             tracker.close()

@@ -7,9 +7,10 @@ block of the scenario, typed) and a ``report`` module (its sections). The tables
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from testbed.plugins import resolve
 
 if TYPE_CHECKING:
     from testbed.report.sections import ReportLayout
@@ -40,15 +41,10 @@ REPORT_LAYOUTS: dict[str, str | None] = {
 }
 
 
-def _resolve(target: str) -> Any:
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
 @cache
 def runner(kind: str) -> Runner:
     """The runner of scenario kind ``kind`` (one instance per process)."""
-    return _resolve(RUNNERS[kind])()
+    return resolve(RUNNERS[kind])()
 
 
 def warm_modules(kind: str) -> tuple[str, ...]:
@@ -59,4 +55,4 @@ def warm_modules(kind: str) -> tuple[str, ...]:
 def report_layout(report_kind: str) -> ReportLayout | None:
     """The sections report kind ``report_kind`` adds, or None for the generic page."""
     target = REPORT_LAYOUTS.get(report_kind)
-    return _resolve(target) if target else None
+    return resolve(target) if target else None

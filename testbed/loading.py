@@ -161,7 +161,7 @@ def validate_raw(raw: dict[str, Any], source: str, overrides: typing.Sequence[st
         raise ScenarioError(describe_error(err, Scenario, raw, source, overrides)) from None
     check_kind_blocks(scenario, raw, source, overrides)
     check_plugins(scenario, raw, source, overrides)
-    return scenario
+    return with_audits(scenario, raw, source, overrides) if scenario.report.audit_blocks() else scenario
 
 
 REQUIRED_EXAMPLES = {
@@ -226,6 +226,29 @@ def check_plugins(scenario: Scenario, raw: dict, source: str, overrides: typing.
         registry.check_function(name)(workload_config(scenario), scenario.data)
     except ScenarioError as err:
         raise ScenarioError(f"{_source_for(('workload',), source, overrides)}: {err}") from None
+
+
+def with_audits(scenario: Scenario, raw: dict, source: str, overrides: typing.Sequence[str]) -> Scenario:
+    """The scenario with each audit block of its report validated by the config of the audit a
+    workload offers under that name (`testbed.workloads.audits`) and put in the block's place; an
+    audit set in a scenario whose kind or report it does not serve is refused."""
+    from testbed.workloads.audits import find_audit
+
+    typed = {}
+    for name, block in scenario.report.audit_blocks().items():
+        audit = find_audit(name)
+        if audit is None:
+            raise ScenarioError(f"{_source_for(('report', name), source, overrides)}: report.{name}: no registered "
+                                "workload offers this audit")
+        try:
+            typed[name] = audit.Config.model_validate(block)
+        except ValidationError as err:
+            raise ScenarioError(describe_error(err, audit.Config, raw["report"][name], source, overrides,
+                                               ("report", name))) from None
+        if scenario.kind not in audit.kinds or scenario.report.kind != audit.report_kind:
+            raise ScenarioError(f"{_source_for(('report',), source, overrides)}: report: {name}: set only in kind: "
+                                f"{' or '.join(audit.kinds)} scenarios with report kind: {audit.report_kind}")
+    return scenario.model_copy(update={"report": scenario.report.model_copy(update=typed)})
 
 
 def workload_config(scenario: Scenario) -> BaseModel:

@@ -19,12 +19,15 @@ if TYPE_CHECKING:
     from testbed.report.sections import ReportSection
     from testbed.run import RunFolder
     from testbed.scenario import Scenario
+    from testbed.seeding import SeedTree
 
 
 @dataclass
 class RunContext:
-    """What a runner gets: the scenario, its folder, an engine, a progress bar, a metrics sink, and
-    the file its messages name (the scenario file; a resumed run's config.yaml). What the runner
+    """What a runner gets: the scenario, its folder, an engine, a progress bar, a metrics sink, the
+    file its messages name (the scenario file; a resumed run's config.yaml), and ``seeds``, the
+    run's seed tree, built once from the scenario's root seed (runners hand it, or a child of it,
+    down instead of building their own; see `testbed.seeding`). What the runner
     puts in ``timings`` (throughput and the like) goes to summary.json's ``timings``: the final
     metrics `Runner.run` returns are the numbers a resumed run reproduces, so they hold no timing."""
 
@@ -35,6 +38,13 @@ class RunContext:
     log_metrics: Callable[[dict[str, Any]], None]
     source: str = ""
     timings: dict[str, Any] = field(default_factory=dict)
+    seeds: SeedTree = field(init=False)
+
+    def __post_init__(self) -> None:
+        from testbed.seeding import SeedTree  # here, not at the top: importing the interface imports no torch
+
+        # Strict: a stream the run draws must be declared, with its purpose (`testbed.seeding.stream`).
+        self.seeds = SeedTree(self.scenario.seed, strict=True)
 
 
 class Runner(ABC):

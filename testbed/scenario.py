@@ -23,7 +23,6 @@ from testbed.engines.config import EngineConfig, LocalEngineConfig
 from testbed.federated.config import FederatedConfig
 from testbed.pretrain.config import PretrainConfig
 from testbed.workloads.config import TrainingConfig
-from testbed.workloads.oodrobust.config import OodConfig
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # The default run folder is runs/<name>-<timestamp>, and file names end at 255 bytes.
@@ -52,7 +51,20 @@ class ReportConfig(StrictModel):
         "experiment trackers to switch on with their defaults: tensorboard, mlflow, wandb or a plugin's"))
     tracking: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
         "a tracker's own settings, which also switch it on, e.g. mlflow: {tracking_uri: ..., experiment: ...}"))
-    ood: OodConfig | None = Field(None, description="federated: evaluate the final global model out of distribution")
+    # An audit's block: held as written, validated by the loader against the config of the audit that a
+    # workload offers under this name (`testbed.workloads.audits`), which then takes its place.
+    ood: Any = Field(None, description="federated: evaluate the final global model out of distribution",
+                     json_schema_extra={"audit": True})
+
+    @classmethod
+    def audit_names(cls) -> list[str]:
+        """The report keys that switch on an audit a workload offers."""
+        return [name for name, field in cls.model_fields.items()
+                if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("audit")]
+
+    def audit_blocks(self) -> dict[str, Any]:
+        """The audits this report switches on: their blocks, by audit name."""
+        return {name: getattr(self, name) for name in self.audit_names() if getattr(self, name) is not None}
 
 
 class SweepConfig(StrictModel):
@@ -90,15 +102,6 @@ class Scenario(StrictModel):
     decentralized: DecentralizedConfig | None = None
     sweep: SweepConfig | None = None
     claims: ClaimsConfig | None = None
-
-    @field_validator("report")
-    @classmethod
-    def _ood_only_in_federated_robustness_reports(cls, value: ReportConfig, info: ValidationInfo) -> ReportConfig:
-        # The OOD evaluation runs on a federated run's final global model and renders in the robustness
-        # report; elsewhere it would be silently ignored (the oodrobust workload has its own block).
-        if value.ood is not None and (info.data.get("kind") != "federated" or value.kind != "robustness"):
-            raise ValueError("ood: set only in kind: federated scenarios with report kind: robustness")
-        return value
 
     @field_validator("claims")
     @classmethod

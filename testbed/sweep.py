@@ -142,10 +142,13 @@ def variant_slug(overrides: dict[str, Any], labels: dict[str, str] | None = None
 
 
 def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Path, quiet: bool,
-              only: set[str] | None = None, parallel: int | None = None, overrides: Sequence[str] = ()) -> RunFolder:
+              only: set[str] | None = None, parallel: int | None = None, overrides: Sequence[str] = (),
+              reports: bool = True) -> RunFolder:
     """Run (or continue) every variant (or those of ``only``, ``parallel`` at once instead of the
     sweep's own setting); failures are recorded, not raised. A sweep with a ``claims:`` block ends
-    with its verdicts in ``claims.json`` and the report."""
+    with its verdicts in ``claims.json`` and the report. ``reports`` False: neither the variants nor
+    the sweep render a report (seconds of plotting each, for a sweep nobody looks at: reproduce's
+    test size); `testbed report` renders one later."""
     variants = expand_variants(raw, source)
     if scenario.claims is not None:
         from testbed.claims.evaluate import check_claims
@@ -157,7 +160,7 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
     _interrupted.clear()
     try:
         with interrupt_hook(_interrupt_variants), sweep_tracking(sweep_run, scenario):  # MLflow's parent run
-            _run_variants(sweep_run, variants, scenario, source, parallel, quiet)
+            _run_variants(sweep_run, variants, scenario, source, parallel, quiet, reports)
     except KeyboardInterrupt:
         raise RunInterrupted(sweep_run.path) from None
     finally:
@@ -178,7 +181,7 @@ def _interrupt_variants() -> None:
 
 
 def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], scenario: Scenario, source: str,
-                  parallel: int | None, quiet: bool = True) -> None:
+                  parallel: int | None, quiet: bool = True, reports: bool = True) -> None:
     variants_dir = sweep_run.path / "variants"
     variants_dir.mkdir(exist_ok=True)
     for slug, variant in variants.items():
@@ -186,7 +189,7 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
         failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
     warm = kinds.warm_modules(scenario.kind) if scenario.sweep.processes == "warm" else None
-    tasks = [(str(variants_dir / slug), scenario.engine, warm) for slug in variants]
+    tasks = [(str(variants_dir / slug), scenario.engine, warm, reports) for slug in variants]
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))
     with monitor, placement_engine(scenario.engine) as engine:
@@ -200,9 +203,10 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
         from testbed.claims.sweeps import write_sweep_claims
 
         write_sweep_claims(sweep_run, scenario.claims, variants, source)
-    from testbed.report.sweep import render_sweep_report
+    if reports:
+        from testbed.report.sweep import render_sweep_report
 
-    render_sweep_report(sweep_run)
+        render_sweep_report(sweep_run)
 
 
 def _open_sweep_folder(run_dir: Path, raw: dict[str, Any], overrides: Sequence[str]) -> RunFolder:
@@ -227,11 +231,12 @@ def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:
     return what
 
 
-def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str] | None = None) -> dict[str, Any]:
+def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str] | None = None,
+                report: bool = True) -> dict[str, Any]:
     """Run one variant in its own ``testbed`` process (resume it if it started before), with the
     environment ``engine`` gives child processes on the machine that runs it: forked from this
     process's warm server that imported ``warm_modules`` (`testbed.engines.warm`), or, with None,
-    a fresh interpreter."""
+    a fresh interpreter; ``report`` False: ``--no-report``."""
     run = RunFolder(folder)
     if _interrupted.is_set():
         return _failed(run, {"status": "failed", "exit_code": 130, "error": "interrupted before it started"})
@@ -245,7 +250,8 @@ def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str]
         command = ["run", f"{folder}.yaml", "--run-dir", folder]
     env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
     try:
-        returncode, out, err = _run_variant_process([*command, "--quiet"], env, warm_modules)
+        returncode, out, err = _run_variant_process([*command, "--quiet", *([] if report else ["--no-report"])], env,
+                                                    warm_modules)
     except WarmServerError as exc:
         return _failed(run, {"status": "failed", "exit_code": 1,
                              "error": f"{exc}; --set sweep.processes=fresh starts each variant afresh"})

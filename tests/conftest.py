@@ -1,9 +1,25 @@
-"""Shared fixtures: tiny scenario files and an in-process CLI runner."""
+"""Shared fixtures (tiny scenario files, an in-process CLI runner) and the suite's tiers.
+
+Every test gets one tier marker at collection (`make check` runs `-m "unit and not slow"`):
+``cluster`` for tests/cluster (emulated clusters), ``integration`` for the tests that start Ray, a
+Flower simulation, DeepSpeed or a child process (marked ``@pytest.mark.integration`` where they are
+written, or using a fixture listed below), and ``unit`` for all others. ``@pytest.mark.slow`` marks,
+beside its tier, a test of tens of seconds even at its smallest size. The rule is checked, not trusted: while a
+``unit`` test sets up or runs, starting a process, ``ray.init`` or a Flower simulation raises
+`TierViolation`, so a test that does more than its tier allows fails loudly instead of slowing
+``make check`` down.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import multiprocessing.process
 import os
 import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,5 +85,118 @@ def cli(capsys):
     return run
 
 
+# `make test` and `make check` install every extra (`.[all]`) and set this: there a missing extra is a
+# broken install, and its tests fail instead of skipping. A plain `pytest` on a base install skips them.
+REQUIRE_EXTRAS_ENV = "TESTBED_REQUIRE_EXTRAS"
+
+
+def require_extra(module: str, extra: str) -> Any:
+    """The module of an optional extra; where it is absent, skip naming the extra (fail under `make test`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        message = f"{module} is not installed: pip install 'testbed[{extra}]' ({error})"
+        if os.environ.get(REQUIRE_EXTRAS_ENV):
+            pytest.fail(f"{message}; `make test` installs every extra", pytrace=False)
+        pytest.skip(message)
+
+
 requires_chromium = pytest.mark.skipif(shutil.which("chromium") is None,
                                        reason="headless Chromium (Debian package 'chromium') is not installed")
+
+
+# --- test tiers ----------------------------------------------------------------------------------
+
+TESTS = Path(__file__).parent
+
+# Fixtures that start such processes: every test using one (directly or through another) is integration.
+INTEGRATION_FIXTURES = frozenset({
+    "emulated_cluster",  # testbed cluster up (tests/cluster)
+    "three_node_cluster",  # ray.cluster_utils.Cluster (tests/core/test_engines.py)
+    "site",  # pip installs the example plugins (tests/core/test_extending.py)
+    "runs",  # a sweep's variants run as processes (tests/core/test_compare.py)
+})
+
+# Child processes a unit test may start, each a query of milliseconds: the repository's commit for a
+# run's provenance, and the physical core count joblib (scikit-learn) reads once per process.
+ALLOWED_COMMANDS = frozenset({"git", "lscpu"})
+
+
+class TierViolation(AssertionError):
+    """A test marked ``unit`` started Ray, a Flower simulation or a process: mark it ``integration``."""
+
+
+def _tier(item: pytest.Item) -> str:
+    if TESTS / "cluster" in Path(item.path).parents:
+        return "cluster"
+    if item.get_closest_marker("integration") or INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "integration"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spread = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        tier = _tier(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(tier)
+        if spread and tier != "unit":
+            # Under pytest-xdist's --dist loadgroup the tests that start Ray or processes share one worker:
+            # each wants several CPUs and ~450 MB per Ray worker, and two at once on 2 cores slow each other.
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
+def _refuse(what: str, seen: list[str]):
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        seen.append(what)
+        raise TierViolation(f"a unit test may not start {what}: mark it @pytest.mark.integration")
+    return refuse
+
+
+def _guarded_execute_child(original, seen: list[str]):
+    def execute_child(self, args, *rest: Any, **kwargs: Any) -> Any:
+        command = [args] if isinstance(args, str | bytes) else list(args)
+        if Path(str(command[0]).split()[0]).name not in ALLOWED_COMMANDS:
+            return _refuse(f"a process ({command[0]!s})", seen)()
+        return original(self, args, *rest, **kwargs)
+    return execute_child
+
+
+@contextlib.contextmanager
+def _unit_guard(item: pytest.Item) -> Iterator[None]:
+    """Starting a process (subprocess or multiprocessing), Ray or a Flower simulation raises; and fails the
+    test even where the code under test catches the error (a run reports it and exits 1, Flower ends its
+    simulation), so a mis-tiered test cannot pass or fail for another reason."""
+    import ray  # a base dependency; imported once per session (under a second)
+
+    seen: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        # Popen's one private door to the operating system: subprocess.run, check_output and every library's
+        # Popen pass through it (typeshed does not declare it).
+        original = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+        patch.setattr(subprocess.Popen, "_execute_child", _guarded_execute_child(original, seen))
+        patch.setattr(multiprocessing.process.BaseProcess, "start", _refuse("a multiprocessing process", seen))
+        patch.setattr(ray, "init", _refuse("Ray", seen))
+        # A Flower simulation starts Ray, which the line above refuses; where Flower's simulation module
+        # is already imported its entry point is refused by name too (importing it costs seconds).
+        if "flwr.simulation" in sys.modules:
+            patch.setattr(sys.modules["flwr.simulation"], "run_simulation", _refuse("a Flower simulation", seen))
+        try:
+            yield
+        finally:
+            if seen:
+                raise TierViolation(f"{item.nodeid} is marked unit but started {seen[0]}: "
+                                    "mark it @pytest.mark.integration")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    # Setup as well as the call: a module- or session-scoped fixture starts its processes here.
+    with _unit_guard(item) if item.get_closest_marker("unit") else contextlib.nullcontext():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _unit_guard(item) if item.get_closest_marker("unit") else contextlib.nullcontext():
+        return (yield)

@@ -5,8 +5,9 @@ are the integers ``0 .. n-1`` (the original label, when there was one, is kept i
 node attribute ``"label"``) and whose ``graph["name"]`` is the registry name. Every
 builder takes keyword parameters and a keyword ``seed: int``; deterministic builders
 ignore the seed, randomised ones require it and return the same graph for the same
-seed. `GRAPH_BUILDERS` maps a scenario name to its builder, so that a YAML scenario
-can say ``topology: {name: hypercube, dim: 11}`` and call `graph_from_spec`.
+seed. `GRAPH_BUILDERS` maps a scenario name (the builder's function name) to its builder,
+so that a YAML scenario can say ``topology: {name: hypercube, dim: 11}`` and call
+`graph_from_spec`; a caller with builders of its own (a host's plugins) passes ``builders``.
 """
 
 from __future__ import annotations
@@ -142,22 +143,12 @@ def _connected_draw(
     )
 
 
-GRAPH_BUILDERS: dict[str, Callable[..., nx.Graph]] = {
-    "complete": complete,
-    "ring": ring,
-    "grid": grid,
-    "torus": torus,
-    "hypercube": hypercube,
-    "exponential": exponential,
-    "erdos_renyi": erdos_renyi,
-    "random_geometric": random_geometric,
-    "small_world": small_world,
-    "karate_club": real_graphs.karate_club,
-    "davis_southern_women": real_graphs.davis_southern_women,
-    "florentine_families": real_graphs.florentine_families,
-    "les_miserables": real_graphs.les_miserables,
-    "edge_list": real_graphs.edge_list,
-}
+# Each builder is registered under its own function name, the name a scenario uses.
+GRAPH_BUILDERS: dict[str, Callable[..., nx.Graph]] = {builder.__name__: builder for builder in (
+    complete, ring, grid, torus, hypercube, exponential, erdos_renyi, random_geometric, small_world,
+    real_graphs.karate_club, real_graphs.davis_southern_women, real_graphs.florentine_families,
+    real_graphs.les_miserables, real_graphs.edge_list,
+)}
 
 
 def planned_size(name: str, params: Mapping[str, Any]) -> tuple[int | None, int | None]:
@@ -177,16 +168,18 @@ def planned_size(name: str, params: Mapping[str, Any]) -> tuple[int | None, int 
 
 
 def build_graph(name: str, *, seed: int = 0, max_nodes: int | None = None, max_edges: int | None = None,
-                **params: Any) -> nx.Graph:
+                builders: Mapping[str, Callable[..., nx.Graph]] | None = None, **params: Any) -> nx.Graph:
     """Build the registered graph ``name`` with keyword ``params`` and ``seed``.
 
     Unknown names and parameters the builder does not take raise `TopologyError`, and so does a
     graph of more than ``max_nodes`` nodes or ``max_edges`` edges (refused before it is built
-    where its parameters say its size).
+    where its parameters say its size). ``builders``: the registry to look ``name`` up in
+    (default `GRAPH_BUILDERS`).
     """
-    builder = GRAPH_BUILDERS.get(name)
+    builders = GRAPH_BUILDERS if builders is None else builders
+    builder = builders.get(name)
     if builder is None:
-        raise TopologyError(f"unknown graph '{name}' (known: {', '.join(sorted(GRAPH_BUILDERS))})")
+        raise TopologyError(f"unknown graph '{name}' (known: {', '.join(sorted(builders))})")
     try:
         inspect.signature(builder).bind(seed=seed, **params)
     except TypeError as exc:
@@ -207,14 +200,16 @@ def _check_size(name: str, nodes: int | None, edges: int | None, max_nodes: int 
 
 
 def graph_from_spec(spec: Mapping[str, Any], seed: int = 0, max_nodes: int | None = None,
-                    max_edges: int | None = None) -> nx.Graph:
+                    max_edges: int | None = None,
+                    builders: Mapping[str, Callable[..., nx.Graph]] | None = None) -> nx.Graph:
     """Build a graph from a scenario mapping such as ``{"name": "hypercube", "dim": 11}``.
 
     A ``seed`` key in the mapping takes precedence over the ``seed`` argument; ``max_nodes`` and
-    ``max_edges`` bound the graph's size (see `build_graph`).
+    ``max_edges`` bound the graph's size, ``builders`` is the registry (see `build_graph`).
     """
     params = dict(spec)
     if "name" not in params:
         raise TopologyError("topology spec has no 'name' key")
     name = params.pop("name")
-    return build_graph(name, seed=params.pop("seed", seed), max_nodes=max_nodes, max_edges=max_edges, **params)
+    return build_graph(name, seed=params.pop("seed", seed), max_nodes=max_nodes, max_edges=max_edges,
+                       builders=builders, **params)

@@ -308,7 +308,9 @@ def splice(page: str, block: str) -> str:
         tail = rest.split(END, 1)[1].lstrip("\n")
         return head + block + ("\n" + tail if tail else "")
     title, _, body = page.partition("\n")
-    return f"{title}\n\n{block}\n{body.lstrip(chr(10))}"
+    body = body.lstrip("\n")
+    # Separated from what follows as the branch above leaves it, so that splicing again changes no byte.
+    return f"{title}\n\n{block}" + ("\n" + body if body else "")
 
 
 def adjusted(tables: Mapping[str, Table], rate: float) -> dict[str, Table]:

@@ -17,7 +17,8 @@ records "verified at <commit>" where the verdicts and numbers hold (`testbed.cla
 
 ``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
 seeds, writes its result files and docs under the runs folder (never the repository's docs) and
-checks that every predicate evaluates; its verdicts mean nothing.
+checks that every predicate evaluates; its verdicts mean nothing, so its sweeps render no reports
+(plotting took longer than training a variant at that size; ``testbed report`` renders one).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def _run(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, quiet: boo
     source = str(Path("scenarios") / item.path)
     if missing:
         run_sweep(item.raw, validate_raw(item.raw, source), source, sweep_folder(item, size, runs_dir), quiet,
-                  only=missing, parallel=parallel)
+                  only=missing, parallel=parallel, reports=size == "full")
 
 
 def sweep_folder(item: ScenarioClaims, size: str, runs_dir: Path) -> Path:

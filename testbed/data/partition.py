@@ -1,8 +1,10 @@
 """Split a labelled training set over N federated clients, IID or non-IID.
 
-Six schemes, each a typed config (the scenario's ``data.partition`` block) and a function that
-returns one sorted int64 index array per client, deterministic for the numpy Generator passed in
-(the root seed's ``data.partition`` stream):
+Six schemes, each one `Partitioner` class: the typed config of the scenario's ``data.partition``
+block, whose ``type`` literal is its name, and whose `Partitioner.split` returns one sorted int64
+index array per client, deterministic for the numpy Generator passed in (the root seed's
+``data.partition`` stream). `registered_partitioners` derives the registry from these classes and
+the ``testbed.partitioners`` plugins; the `PartitionConfig` union is built from it:
 
 - ``iid``: shuffle, then split as evenly as possible (sizes differ by at most one).
 - ``dirichlet``: label-distribution skew of Hsu et al. 2019 ("Measuring the Effects of Non-Identical
@@ -34,13 +36,15 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Annotated, Literal, Union
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import numpy as np
 from pydantic import Field
 
 from testbed.config import StrictModel
 from testbed.errors import ScenarioError
+from testbed.plugins import declare, literal_name
 
 # Redraws of the Dirichlet split before giving up; each is cheap (one draw per class), and with a
 # feasible min_size a few dozen tries are usually enough even for beta = 0.05.
@@ -52,28 +56,57 @@ class PartitionError(ScenarioError, ValueError):
     ValueError for callers that treat it as a bad argument."""
 
 
-class IidPartition(StrictModel):
+class Partitioner(StrictModel):
+    """A partition scheme: its settings (the ``data.partition`` block) and how it splits."""
+
+    type: str
+    name: ClassVar[str] = ""  # the value of the ``type`` literal, read from the class (never repeated)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.name = literal_name(cls)
+
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        """One sorted int64 index array per client (``groups``: each sample's owner, or None)."""
+        raise NotImplementedError(f"partition '{self.type}' does not say how it splits")
+
+
+class IidPartition(Partitioner):
     """Every client gets a uniformly random, equally sized share of the training set."""
 
     type: Literal["iid"] = "iid"
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_iid(labels, num_clients, rng)
 
-class DirichletPartition(StrictModel):
+
+class DirichletPartition(Partitioner):
     """Label skew: per class, client shares ~ Dir(beta) (Hsu et al. 2019; Li et al. 2022)."""
 
     type: Literal["dirichlet"] = "dirichlet"
     beta: float = Field(0.5, gt=0, description="concentration; 0.1 is very skewed, 100 is near IID")
     min_size: int = Field(2, ge=1, description="redraw until every client has this many samples")
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_dirichlet(labels, num_clients, rng, self.beta, self.min_size)
 
-class ShardPartition(StrictModel):
+
+class ShardPartition(Partitioner):
     """Every client holds samples of exactly ``classes_per_client`` classes (Li et al. 2022, #C=k)."""
 
     type: Literal["shards"] = "shards"
     classes_per_client: int = Field(2, gt=0)
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_shards(labels, num_clients, rng, self.classes_per_client)
 
-class PathologicalPartition(StrictModel):
+
+class PathologicalPartition(Partitioner):
     """Every client holds exactly ``classes_per_client`` classes, assigned as flwr-datasets'
     PathologicalPartitioner's ``class_assignment_mode`` (McMahan et al. 2017)."""
 
@@ -83,16 +116,24 @@ class PathologicalPartition(StrictModel):
         "random", description="random: k classes per client uniformly; deterministic: classes i..i+k-1 mod C; "
                               "first_deterministic: class i mod C, then k-1 random ones")
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_pathological(labels, num_clients, rng, self.classes_per_client, self.assignment)
 
-class SizePartition(StrictModel):
+
+class SizePartition(Partitioner):
     """Quantity skew: IID samples, client i's share proportional to f(i + 1) (flwr-datasets' Linear,
     Square and Exponential partitioners)."""
 
     type: Literal["size"] = "size"
     sizes: Literal["linear", "square", "exponential"] = Field("linear", description="f(x) = x, x^2 or e^x")
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_size(labels, num_clients, rng, self.sizes)
 
-class NaturalPartition(StrictModel):
+
+class NaturalPartition(Partitioner):
     """One client per owner of the data, as flwr-datasets' NaturalIdPartitioner: a FEMNIST writer,
     the value of a table's group column; ``data.num_clients`` must equal the number of owners."""
 
@@ -100,11 +141,31 @@ class NaturalPartition(StrictModel):
     column: str | None = Field(None, description="the column naming each sample's owner (tables, Hugging Face "
                                                  "datasets); default: the source's own owner")
 
+    def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+              groups: np.ndarray | None) -> list[np.ndarray]:
+        return partition_natural(labels, num_clients, groups)
 
-PartitionConfig = Annotated[
-    Union[IidPartition, DirichletPartition, ShardPartition, PathologicalPartition, SizePartition, NaturalPartition],
-    Field(discriminator="type"),
-]
+
+@cache
+def registered_partitioners() -> dict[str, type[Partitioner]]:
+    """Every partition scheme by name: the built-in classes above, then ``testbed.partitioners`` plugins."""
+    return declare("testbed.partitioners", (IidPartition, DirichletPartition, ShardPartition, PathologicalPartition,
+                                            SizePartition, NaturalPartition), Partitioner)
+
+
+if TYPE_CHECKING:
+    PartitionConfig = Partitioner
+else:
+    def __getattr__(name: str) -> Any:
+        # Built on first use, not on import: a plugin's module imports this one to subclass Partitioner.
+        if name == "PartitionConfig":
+            return _partition_union()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@cache
+def _partition_union() -> Any:
+    return Annotated[Union[tuple(registered_partitioners().values())], Field(discriminator="type")]
 
 
 def _check_inputs(labels: np.ndarray, num_clients: int) -> np.ndarray:
@@ -281,16 +342,6 @@ def partition_size(labels: np.ndarray, num_clients: int, rng: np.random.Generato
     return _sorted_int64(np.split(rng.permutation(len(labels)), np.cumsum(counts)[:-1]))
 
 
-PARTITIONERS: dict[str, Callable[..., list[np.ndarray]]] = {
-    "iid": lambda labels, n, config, rng: partition_iid(labels, n, rng),
-    "dirichlet": lambda labels, n, config, rng: partition_dirichlet(labels, n, rng, config.beta, config.min_size),
-    "shards": lambda labels, n, config, rng: partition_shards(labels, n, rng, config.classes_per_client),
-    "pathological": lambda labels, n, config, rng: partition_pathological(labels, n, rng, config.classes_per_client,
-                                                                          config.assignment),
-    "size": lambda labels, n, config, rng: partition_size(labels, n, rng, config.sizes),
-}
-
-
 def partition_natural(labels: np.ndarray, num_clients: int, groups: np.ndarray | None) -> list[np.ndarray]:
     """Client i holds the samples of owner i (owners are numbered 0..K-1 by the data source)."""
     labels = _check_inputs(labels, num_clients)
@@ -309,9 +360,7 @@ def partition_indices(labels: np.ndarray, num_clients: int, config: PartitionCon
                       rng: np.random.Generator, groups: np.ndarray | None = None) -> list[np.ndarray]:
     """Split sample indices over ``num_clients`` clients by the scheme ``config`` names (``groups``:
     each sample's owner, which only ``natural`` reads)."""
-    if config.type == "natural":
-        return partition_natural(labels, num_clients, groups)
-    return PARTITIONERS[config.type](labels, num_clients, config, rng)
+    return config.split(labels, num_clients, rng, groups)
 
 
 def label_histograms(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:

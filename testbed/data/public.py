@@ -43,7 +43,8 @@ def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:
     # rng is required, but keeps a default so that `f(size, shape, rng)` and `f(size, rng=rng)` both
     # work; a silent fixed seed would hide a run's root seed, so None is an error.
     if rng is None:
-        raise TypeError("rng is required: pass a numpy Generator, e.g. SeedTree(seed).numpy('public')")
+        raise TypeError("rng is required: pass a numpy Generator drawn from the run's seed tree, "
+                        "e.g. setup.seeds.numpy('sdea.public')")
     return rng
 
 

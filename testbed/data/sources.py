@@ -71,7 +71,7 @@ def _path(data: Any, cls: type[DataSource]) -> Path | None:
     except OSError:  # a name the system refuses (too long)
         exists = False
     if not exists:
-        raise SourceError("path", f"{shorten(data.path)} does not exist")
+        raise SourceError("path", f"{shorten(data.path, keep_end=True)} does not exist")
     return path
 
 

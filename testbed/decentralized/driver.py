@@ -29,7 +29,7 @@ from testbed.decentralized.problem import Problem, build_graph
 from testbed.engines.base import Engine
 from testbed.errors import ScenarioError
 from testbed.scenario import Scenario
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
 from testbed.topologies import epsilon_by_distance
 from testbed.topologies.symmetry import row_symmetry
 
@@ -124,10 +124,14 @@ def record(name: str, metrics: dict[str, Any], the_plan: privacy.PrivacyPlan | N
     return {"step": step, "algorithm": name, **values}
 
 
+TRIAL = stream("comparison.{}.{}", "the root seed of one trial graph of a comparison topology")
+
+
 def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
-    """Fig.-1 profiles of comparison topology ``index`` (the run's topology when none is listed)."""
+    """Fig.-1 profiles of comparison topology ``index`` (the run's topology when none is listed).
+    An engine task: it rebuilds the run's seed tree from the scenario's root seed."""
     scenario = Scenario.model_validate(scenario_data)
-    config, seeds = scenario.decentralized, SeedTree(scenario.seed)
+    config, seeds = scenario.decentralized, SeedTree(scenario.seed, strict=True)
     assert config is not None  # DecentralizedRunner.check requires the block
     specs = config.comparison.topologies
     spec = specs[index].spec if specs else config.topology.spec
@@ -135,7 +139,7 @@ def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
     graphs = []
     for trial in range(trials):
         # Trial 0 of the run's own topology is the very graph the run trains on.
-        seed = scenario.seed if (not specs and trial == 0) else seeds.integer(f"comparison.{index}.{trial}")
+        seed = scenario.seed if (not specs and trial == 0) else seeds.integer(TRIAL.path.format(index, trial))
         graphs.append(build_graph(config, seed, spec))
     result = comparison.profiles(graphs, config.comparison)
     label = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")

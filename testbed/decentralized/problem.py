@@ -20,9 +20,11 @@ import numpy as np
 import torch
 
 from testbed.data import load_selected, partition_indices, train_test_split
+from testbed.data.streams import PARTITION, SPLIT
 from testbed.decentralized.config import MAX_EDGES, MAX_NODES, DecentralizedConfig
+from testbed.decentralized.graphs import registered_topologies
 from testbed.decentralized.models import FlatModel, ModelSpec
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
 from testbed.topologies import graph_from_spec, metropolis_hastings
 
 
@@ -38,11 +40,15 @@ def noise(root: int, stream: str, size: int, *keys: int) -> torch.Tensor:
     return torch.randn(size, generator=keyed_generator(root, stream, *keys))
 
 
+TOPOLOGY = stream("topology", "the random choices of a graph's builder (random regular, Erdos-Renyi, ...)")
+
+
 def build_graph(config: DecentralizedConfig, seed: int, spec: dict | None = None) -> nx.Graph:
     """The topology (or ``spec``), random builders seeded from the root seed unless the spec has a seed;
-    a graph beyond the supported size is refused before it is built."""
-    return graph_from_spec(spec or config.topology.spec, seed=SeedTree(seed).integer("topology"),
-                           max_nodes=MAX_NODES, max_edges=MAX_EDGES)
+    a graph beyond the supported size is refused before it is built. ``seed`` is the graph's own root:
+    the run's, or a comparison trial's drawn from it (`testbed.decentralized.driver.comparison_arrays`)."""
+    return graph_from_spec(spec or config.topology.spec, seed=SeedTree(seed, strict=True).integer(TOPOLOGY.path),
+                           max_nodes=MAX_NODES, max_edges=MAX_EDGES, builders=registered_topologies())
 
 
 @dataclass
@@ -100,20 +106,21 @@ class Problem:
 
 
 def build_problem(scenario_data: dict, with_data: bool = True) -> Problem:
-    """Rebuild the problem from a scenario dump (``Scenario.model_dump(mode="json")``)."""
+    """Rebuild the problem from a scenario dump (``Scenario.model_dump(mode="json")``); the driver,
+    each Ray actor and each MPI rank rebuild the run's seed tree from its root seed with it."""
     from testbed.scenario import Scenario  # the schema imports this package's config
 
     scenario = Scenario.model_validate(scenario_data)
-    config, seeds = scenario.decentralized, SeedTree(scenario.seed)
+    config, seeds = scenario.decentralized, SeedTree(scenario.seed, strict=True)
     assert config is not None  # DecentralizedRunner.check requires the block
     graph = build_graph(config, scenario.seed)
     walk = metropolis_hastings(graph)
     if not (with_data and config.train):
         return Problem(scenario.seed, config, graph, walk, None, None, None, None)
     full = load_selected(scenario.data)
-    train, test = train_test_split(full, scenario.data.test_fraction, seeds.integer("data.split"))
+    train, test = train_test_split(full, scenario.data.test_fraction, seeds.integer(SPLIT.path))
     parts = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
-                              seeds.numpy("data.partition"), groups=train.groups)
+                              seeds.numpy(PARTITION.path), groups=train.groups)
     features = train.num_features
     spec = ModelSpec(config.model.arch, features, full.num_classes, config.model.hidden)
     data = _pad(train.x.reshape(len(train.y), features), train.y, parts)

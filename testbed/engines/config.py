@@ -1,9 +1,14 @@
 """The ``engine:`` block of a scenario: one typed config per engine, and what each engine offers.
 
-Each config says, without starting anything, which primitives its engine offers (`capabilities`),
-how many training ranks it runs (`ranks`), what it checks before a run (`check`) and the
-environment a child ``testbed`` process gets (`child_environment`). The kinds ask these questions
-instead of branching on the engine's type. Importing this module imports pydantic only.
+An engine is declared once, by its settings class: the ``type`` literal is its name, the class
+carries its capabilities and names the `testbed.engines.base.Engine` class that runs it (``engine``,
+a ``module:Class`` string imported only when a run builds it, or the class itself).
+`registered_engines` derives the registry from these classes and the ``testbed.engines`` plugins,
+and the scenario's `EngineConfig` union is built from that registry. Each config says, without
+starting anything, which primitives its engine offers (`capabilities`), how many training ranks it
+runs (`ranks`), what it checks before a run (`check`) and the environment a child ``testbed``
+process gets (`child_environment`). The kinds ask these questions instead of branching on the
+engine's type. Importing this module imports pydantic only.
 
 Capabilities (the primitives of `testbed.engines.base.Engine`):
 
@@ -18,22 +23,36 @@ Capabilities (the primitives of `testbed.engines.base.Engine`):
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field, field_validator
 
 from testbed.config import StrictModel
 from testbed.errors import ScenarioError, UserError, shorten
+from testbed.plugins import declare, literal_name
 
 CAPABILITIES = ("tasks", "actors", "ray", "spmd", "torch_distributed")
+# An Engine class or its ``module:Class`` (named here: in a settings class ``type`` is its field).
+EngineClass = str | type
 
 
 class EngineSettings(StrictModel):
     """What every engine config answers; the engines' configs below subclass it."""
 
     type: str
+    # The engine's name: the value of its ``type`` literal, read from the class (never repeated).
+    name: ClassVar[str] = ""
+    # The Engine class that runs these settings: a class, or a ``module:Class`` string imported
+    # only when a run builds it (a built-in engine's module imports Ray).
+    engine: ClassVar[EngineClass] = ""
     # The pip extra the engine needs and a module that is importable only with it installed.
     extra: ClassVar[tuple[str, str] | None] = None
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.name = literal_name(cls)
 
     def capabilities(self) -> frozenset[str]:
         """The primitives this engine offers with these settings (a new engine offers none until it
@@ -66,6 +85,7 @@ class LocalEngineConfig(EngineSettings):
     """Run on this machine. Ray is started in-process when the run has parallel work."""
 
     type: Literal["local"] = "local"
+    engine: ClassVar[EngineClass] = "testbed.engines.ray_engine:LocalEngine"
     num_cpus: int | None = Field(None, gt=0, description="CPUs given to Ray; default: all")
     use_ray: Literal["auto", "always", "never"] = Field(
         "auto", description="auto: start Ray only when the run has work to spread over processes"
@@ -102,6 +122,7 @@ class RayEngineConfig(EngineSettings):
     """Join an existing Ray cluster (``ray start --head`` or ``ray up``) by address."""
 
     type: Literal["ray"]
+    engine: ClassVar[EngineClass] = "testbed.engines.ray_engine:RayClusterEngine"
     address: str = Field("auto", min_length=1, description="'auto', 'host:port' or 'ray://host:10001'")
     num_cpus_per_task: float = Field(1.0, gt=0)
 
@@ -121,6 +142,7 @@ class DeepSpeedEngineConfig(EngineSettings):
     """Run under the ``deepspeed`` launcher (N local processes, or a hostfile of nodes)."""
 
     type: Literal["deepspeed"]
+    engine: ClassVar[EngineClass] = "testbed.engines.deepspeed_engine:DeepSpeedEngine"
     num_procs: int = Field(2, gt=0)
     hostfile: str | None = None
     extra: ClassVar[tuple[str, str] | None] = ("deepspeed", "deepspeed")
@@ -148,6 +170,7 @@ class MpiEngineConfig(EngineSettings):
     """Run as ``mpiexec -n N`` ranks over mpi4py."""
 
     type: Literal["mpi"]
+    engine: ClassVar[EngineClass] = "testbed.engines.mpi_engine:MpiEngine"
     num_procs: int = Field(2, gt=0)
     hosts: list[str] = Field(default_factory=list, description="host or host:N entries (mpiexec -hosts)")
     extra: ClassVar[tuple[str, str] | None] = ("mpi", "mpi4py")
@@ -171,10 +194,24 @@ class MpiEngineConfig(EngineSettings):
                                 f"use at most one rank per {unit.rstrip('s')}")
 
 
-EngineConfig = Annotated[
-    Union[LocalEngineConfig, RayEngineConfig, DeepSpeedEngineConfig, MpiEngineConfig],
-    Field(discriminator="type"),
-]
-EngineSettingsTypes: dict[str, type[EngineSettings]] = {
-    "local": LocalEngineConfig, "ray": RayEngineConfig, "deepspeed": DeepSpeedEngineConfig, "mpi": MpiEngineConfig,
-}
+@cache
+def registered_engines() -> dict[str, type[EngineSettings]]:
+    """Every engine by name: the built-in settings classes above, then ``testbed.engines`` plugins."""
+    return declare("testbed.engines", (LocalEngineConfig, RayEngineConfig, DeepSpeedEngineConfig, MpiEngineConfig),
+                   EngineSettings)
+
+
+@cache
+def engine_union() -> Any:
+    """The type of a scenario's ``engine:`` block: one of the registered settings, chosen by ``type``."""
+    return Annotated[Union[tuple(registered_engines().values())], Field(discriminator="type")]
+
+
+if TYPE_CHECKING:
+    EngineConfig = EngineSettings
+else:
+    def __getattr__(name: str) -> Any:
+        # Built on first use, not on import: a plugin's module imports this one to subclass EngineSettings.
+        if name == "EngineConfig":
+            return engine_union()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,34 +1,28 @@
 """The registry of engines, and the checks that run before any of them starts.
 
-`ENGINES` maps an ``engine.type`` to the engine class that runs it (as a ``module:Class`` string,
-imported only when a run builds it). `preflight_engine` answers, from the engine's declared
-capabilities and without starting anything, whether the engine can run a kind (one line naming
-the engines that can), whether the pip extra it needs is installed, and whether its address
-answers. `make_engine` builds the engine of a run; `placement_engine` the one a sweep places its
-variants with.
+`engine_class` finds the engine class that runs an ``engine.type`` from its settings class (see
+`testbed.engines.config.registered_engines`), importing it only when a run builds it.
+`preflight_engine` answers, from the engine's declared capabilities and without starting anything,
+whether the engine can run a kind (one line naming the engines that can), whether the pip extra it
+needs is installed, and whether its address answers. `make_engine` builds the engine of a run;
+`placement_engine` the one a sweep places its variants with.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from collections.abc import Iterable, Sequence
 
 from testbed.engines.base import Engine
-from testbed.engines.config import EngineSettings, EngineSettingsTypes
+from testbed.engines.config import EngineSettings, registered_engines
 from testbed.errors import ScenarioError, UserError
-
-ENGINES: dict[str, str] = {
-    "local": "testbed.engines.ray_engine:LocalEngine",
-    "ray": "testbed.engines.ray_engine:RayClusterEngine",
-    "deepspeed": "testbed.engines.deepspeed_engine:DeepSpeedEngine",
-    "mpi": "testbed.engines.mpi_engine:MpiEngine",
-}
+from testbed.plugins import resolve
 
 
 def engine_class(engine_type: str) -> type[Engine]:
-    module, _, name = ENGINES[engine_type].partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The Engine class that runs settings of ``engine_type``, as its settings class names it."""
+    runs = registered_engines()[engine_type].engine
+    return resolve(runs) if isinstance(runs, str) else runs
 
 
 def preflight_engine(settings: EngineSettings, kind: str, needs_one_of: Iterable[str], source: str) -> None:
@@ -36,7 +30,7 @@ def preflight_engine(settings: EngineSettings, kind: str, needs_one_of: Iterable
     needed = frozenset(needs_one_of)
     refusal = settings.refusal(kind, needed)
     if refusal is not None:
-        able = [name for name, model in EngineSettingsTypes.items()
+        able = [name for name, model in registered_engines().items()
                 if model.model_construct(type=name).capabilities() & needed]
         raise ScenarioError(f"{source}: {refusal}; engines that run it: {', '.join(able)}")
     check_extra(settings, source)

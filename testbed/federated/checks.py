@@ -32,7 +32,7 @@ def check_federated(scenario: Scenario, source: str) -> None:
         _check_attack(fed.attack, registered_attacks(), source)
     n = scenario.data.num_clients
     k = _check_sampling(fed, n, source)
-    _check_strategy_values(scenario, strategy_config, source)
+    _check_strategy_values(scenario, entry, strategy_config, source)
     f = declared_malicious(strategy_config, len(malicious_clients(scenario)))
     if k < entry.min_clients(f):
         where = "data.num_clients" if k == n else "federated.sampling"
@@ -89,26 +89,13 @@ def _check_sampling(fed, n: int, source: str) -> int:
     return int(sampling.per_round(n))
 
 
-def _check_strategy_values(scenario: Scenario, strategy_config, source: str) -> None:
-    """Strategy parameters that depend on the rest of the scenario: FedProx's client term, q-FedAvg's lr."""
-    from testbed.federated.config import FedProxConfig, QFedAvgConfig
-    from testbed.federated.strategies import qfedavg_learning_rate
-
-    fed = scenario.federated
-    assert fed is not None  # filled in by the runner's check
-    if isinstance(strategy_config, FedProxConfig):
-        mu = strategy_config.proximal_mu
-        if mu is not None and fed.proximal_mu not in (0.0, mu):
-            raise ScenarioError(f"{source}: federated.strategy.proximal_mu: {mu:g} differs from federated.proximal_mu "
-                                f"{fed.proximal_mu:g}; both set the clients' proximal term: keep one")
-        if mu is None and fed.proximal_mu == 0.0:
-            raise ScenarioError(f"{source}: federated.strategy.proximal_mu: fedprox needs the clients' proximal "
-                                "term mu > 0 (or federated.proximal_mu)")
-    if isinstance(strategy_config, QFedAvgConfig):
-        try:
-            qfedavg_learning_rate(strategy_config, scenario)
-        except ValueError as err:
-            raise ScenarioError(f"{source}: federated.strategy.{err}") from None
+def _check_strategy_values(scenario: Scenario, entry, strategy_config, source: str) -> None:
+    """Strategy parameters that depend on the rest of the scenario (FedProx's client term, q-FedAvg's
+    lr): the strategy's own `check` says which."""
+    try:
+        entry.check(strategy_config, scenario)
+    except ValueError as err:
+        raise ScenarioError(f"{source}: federated.strategy.{err}") from None
 
 
 def _named(registry: dict, name: str, path: str, source: str):

@@ -21,7 +21,6 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from testbed.config import PluginSpec, StrictModel
-from testbed.data.config import PublicDataConfig
 
 
 class AttackBlock(PluginSpec):
@@ -143,110 +142,9 @@ class FederatedConfig(StrictModel):
         """The clients' proximal weight: strategy ``fedprox``'s ``proximal_mu`` when set, else
         ``proximal_mu`` (`testbed.federated.checks` refuses the two set apart)."""
         if self.strategy.name == "fedprox":
-            mu = FedProxConfig.model_validate(self.strategy.params).proximal_mu
+            # The strategy's params were validated by its own Config (`FedProx.Config`) when the scenario
+            # loaded; read here, not through the class, so the schema does not import the strategies.
+            mu = self.strategy.params.get("proximal_mu")
             if mu is not None:
-                return mu
+                return float(mu)
         return self.proximal_mu
-
-
-# The typed parameters of the strategies (`testbed.federated.strategies.STRATEGIES`).
-
-
-class NoParams(StrictModel):
-    """A strategy without parameters of its own."""
-
-
-class ByzantineCount(StrictModel):
-    """Rules that must be told how many clients may be Byzantine (default: the attack's count)."""
-
-    num_malicious: int | None = Field(None, ge=0)
-
-
-class MultiKrumConfig(ByzantineCount):
-    num_selected: int | None = Field(None, gt=0, description="updates averaged; default N - f (N: clients per round)")
-
-
-class TrimmedAvgConfig(StrictModel):
-    beta: float = Field(0.2, ge=0, lt=0.5, description="share trimmed at each end")
-
-
-class DnCConfig(ByzantineCount):
-    filter_frac: float = Field(1.0, gt=0)
-    num_iters: int = Field(1, gt=0)
-    sub_dim: int = Field(10000, gt=0)
-
-
-class RFAConfig(StrictModel):
-    nu: float = Field(1e-6, gt=0)
-    max_iter: int = Field(100, gt=0)
-    ftol: float = Field(1e-6, gt=0)
-
-
-class FedAvgMConfig(StrictModel):
-    """FedAvg with server momentum (Hsu et al. 2019), Flower's FedAvgM."""
-
-    server_learning_rate: float = Field(1.0, gt=0, le=1e3, description="server step size (<= 1e3: a larger "
-                                        "one only overflows the model)")
-    server_momentum: float = Field(0.0, ge=0, lt=1)
-
-
-class FedAdagradConfig(StrictModel):
-    """Adaptive server optimizers of Reddi et al. 2021 (Flower's FedOpt family). Flower's ``eta_l``
-    (the clients' learning rate) only appears in its log; the workload's own ``lr`` trains."""
-
-    eta: float = Field(0.1, gt=0, le=1e3, description="server learning rate (<= 1e3: Reddi et al. tune it over "
-                                                       "10^-3..10^1; larger only overflows the model)")
-    tau: float = Field(1e-3, gt=0, description="added to the root of the second moment (adaptivity)")
-
-
-class FedAdamConfig(FedAdagradConfig):
-    beta_1: float = Field(0.9, ge=0, lt=1, description="first-moment decay")
-    beta_2: float = Field(0.99, ge=0, lt=1, description="second-moment decay")
-
-
-class FedYogiConfig(FedAdamConfig):
-    eta: float = Field(0.01, gt=0, le=1e3, description="server learning rate (Flower's FedYogi default)")
-
-
-class FedProxConfig(StrictModel):
-    """FedProx (Li et al. 2020): Flower's FedProx sends ``proximal_mu`` to the clients, whose local
-    objective gains (mu/2)||w - w_global||^2. Unset, it is ``federated.proximal_mu``; set both, they
-    must agree."""
-
-    proximal_mu: float | None = Field(None, gt=0, description="the clients' proximal weight mu")
-
-
-class QFedAvgConfig(StrictModel):
-    """q-FedAvg (Li et al. 2020, fair resource allocation): clients with a higher training loss weigh more."""
-
-    q: float = Field(0.1, ge=0, le=100, description="fairness; 0 is FedAvg (<= 100: Li et al. use q <= 15, and "
-                                                      "loss^q overflows float32 updates soon after)")
-    client_learning_rate: float | None = Field(
-        None, gt=0, description="the clients' learning rate, from which the rule estimates the Lipschitz constant "
-                                "L = 1/lr; default: the workload's lr")
-
-
-class FLTrustConfig(StrictModel):
-    root_size: int = Field(100, gt=0, description="clean samples the server trains on each round")
-    root_epochs: int = Field(1, gt=0)
-
-
-class SDEAConfig(StrictModel):
-    epochs: int = Field(20, gt=0, description="passes over the public set per round (paper: 20)")
-    rule: Literal["code", "two_group"] = Field(
-        "code", description="code: the authors' code (flagged keep their learned weight), which produced the "
-                            "paper's tables; two_group: the paper text's two groups, the flagged one zeroed (ablation)")
-    @field_validator("rule", mode="before")
-    @classmethod
-    def _renamed(cls, value: object) -> object:
-        if value == "paper":
-            raise ValueError("'paper' is now 'two_group' (the paper text's two groups, the flagged one zeroed); "
-                             "the default, 'code', is the rule of the authors' code")
-        return value
-
-    bn_mode: Literal["train", "eval"] = Field(
-        "train", description="batch norm of the virtual model: train (the authors' code) or eval (running statistics)")
-    batch_size: int = Field(64, gt=0)
-    lr: float = Field(0.005, gt=0)
-    weight_decay: float = Field(1e-5, ge=0)
-    public: PublicDataConfig = Field(default_factory=PublicDataConfig)

@@ -21,8 +21,12 @@ from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
 
 from testbed.federated.privacy import clients_per_round
+from testbed.federated.setup import federation_seeds
 from testbed.scenario import Scenario
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
+
+CENTRAL_NOISE = stream("privacy/round.{}", "the central-DP noise Flower's wrapper adds in a round's aggregation")
+LOCAL_NOISE = stream("privacy.local/client.{}.round.{}", "a client's local-DP noise in a round")
 
 
 @contextmanager
@@ -56,7 +60,7 @@ def private_strategy(inner: Strategy, scenario: Scenario) -> Strategy:
         wrapped = cls_a(inner, config.noise_multiplier, m, initial_clipping_norm=config.clipping_norm,
                         target_clipped_quantile=config.target_quantile, clip_norm_lr=config.clip_norm_lr,
                         clipped_count_stddev=config.clipped_count_stddev)
-    return SeededPrivacy(wrapped, SeedTree(scenario.seed).child("privacy"),
+    return SeededPrivacy(wrapped, federation_seeds(scenario).child("privacy"),
                          getattr(inner, "weighted_by_key", "num-examples"))
 
 
@@ -126,12 +130,12 @@ def client_mods(scenario: Scenario) -> list[Callable[..., Any]]:
     # LocalDpMod draws std = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon: epsilon chosen so that std = z * C.
     epsilon = math.sqrt(2 * math.log(1.25 / config.delta)) / config.noise_multiplier
     local = mod.LocalDpMod(config.clipping_norm, config.clipping_norm, epsilon, config.delta)
-    root = scenario.seed
+    seeds = federation_seeds(scenario).child("privacy.local")
 
     def seeded_local_dp(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
         pid = int(context.node_config["partition-id"])
         server_round = int(msg.content["config"]["server-round"])  # type: ignore[arg-type]  # flwr: any record
-        with numpy_seeded(SeedTree(root).child("privacy.local").integer(f"client.{pid}.round.{server_round}")):
+        with numpy_seeded(seeds.integer(f"client.{pid}.round.{server_round}")):
             return local(msg, context, call_next)
 
     return [seeded_local_dp]

@@ -47,9 +47,14 @@ from contextlib import contextmanager
 
 from testbed.federated.config import FederatedConfig, PrivacyConfig
 
-# Rules whose aggregate is the mean of the (clipped) updates, perhaps followed by a server optimiser:
-# the ones central DP's noise (calibrated to the mean's sensitivity C/m) protects.
-MEAN_RULES = frozenset({"fedavg", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "fedprox"})
+
+def mean_rules() -> list[str]:
+    """The strategies whose aggregate is the mean of the (clipped) updates, perhaps followed by a
+    server optimiser (they declare ``streamed``): the ones central DP's noise (calibrated to the
+    mean's sensitivity C/m) protects."""
+    from testbed.federated.strategies import registered_strategies
+
+    return sorted(name for name, declared in registered_strategies().items() if declared.streamed)
 
 
 def sampling_rate(federated: FederatedConfig, num_clients: int) -> float:
@@ -143,9 +148,9 @@ def check_privacy(federated: FederatedConfig, strategy: str, num_clients: int) -
     config = federated.privacy
     if config is None:
         return
-    if config.mode == "central" and strategy not in MEAN_RULES:
+    if config.mode == "central" and strategy not in mean_rules():
         raise ValueError(f"privacy.mode: central DP's noise is calibrated to the mean of the clipped updates; "
-                         f"strategy '{strategy}' is not a mean (use one of {', '.join(sorted(MEAN_RULES))}, "
+                         f"strategy '{strategy}' is not a mean (use one of {', '.join(mean_rules())}, "
                          "or mode: local, whose noise any rule keeps)")
     m = clients_per_round(federated, num_clients)
     if config.mode == "central" and config.clipping == "adaptive":

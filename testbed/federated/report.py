@@ -18,7 +18,7 @@ from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
 from testbed.report.series import is_constant
-from testbed.workloads.oodrobust.report import OodAuditSection
+from testbed.workloads.audits import AuditSections
 
 
 class ClientsSection(ReportSection):
@@ -264,5 +264,5 @@ class ClientWeightsSection(ReportSection):
 
 # The robustness report's own sections, right below the summary, in this order.
 LAYOUT = ReportLayout(after_summary=(RobustnessSection(), PrivacySection(), BaselinesSection(), ClientWeightsSection(),
-                                     ClientsSection(), OodAuditSection()),
+                                     ClientsSection(), AuditSections()),
                       covered=frozenset({"malicious_weight", "attacker_auroc"}))

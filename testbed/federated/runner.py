@@ -45,10 +45,10 @@ class FederatedRunner(Runner):
         filled = scenario.model_copy(update={"federated": federated_config(scenario)})
         check_federated(filled, source)
         check_baselines(filled, source, check_federated)
-        if scenario.report.ood is not None:
-            from testbed.workloads.oodrobust.federated import check_ood_data
+        if scenario.report.audit_blocks():
+            from testbed.workloads.audits import check_audits
 
-            check_ood_data(scenario, source)
+            check_audits(scenario, source)
 
     def parallel_tasks(self, scenario: Scenario) -> int:
         return scenario.data.num_clients
@@ -64,6 +64,7 @@ class FederatedRunner(Runner):
         from flwr.simulation import run_simulation
 
         from testbed.federated.client import make_client_app
+        from testbed.federated.dp import private_strategy
         from testbed.federated.linkstate import indexed_simulation
         from testbed.federated.server import RoundLoop
         from testbed.federated.setup import federation_setup
@@ -85,7 +86,7 @@ class FederatedRunner(Runner):
             raise UserError(f"{ctx.source}: federated.client_resources.num_cpus: {resources.num_cpus:g} CPUs per "
                             f"client, but no node of the engine has more than {largest:g}")
         with quiet_flower():
-            loop = RoundLoop(ctx, setup, build_strategy(setup), start, state)
+            loop = RoundLoop(ctx, setup, private_strategy(build_strategy(setup), setup.scenario), start, state)
             if start < scenario.federated.rounds:  # a run resumed for its baselines has no round left
                 with deferred_interrupts(loop.stop.set), indexed_simulation():
                     run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
@@ -100,12 +101,12 @@ class FederatedRunner(Runner):
         # (numbers: the last round's sample of clients, a list, stays in its round's record).
         final = {k: v for k, v in rounds[-1].items()
                  if k != "round" and not k.endswith("_s") and not isinstance(v, list)} if rounds else {}
-        if scenario.report.ood is not None:  # OODRobustBench on the final global model
-            from testbed.workloads.oodrobust.federated import audit_federated_run
+        if scenario.report.audit_blocks():  # the audits a workload offers, on the final global model
+            from testbed.workloads.audits import run_audits
 
-            ood_metrics, ood_arrays = audit_federated_run(scenario, setup, loop.state)
-            ctx.run.write_artifacts({**ctx.run.read_artifacts(), **ood_arrays})
-            final.update(ood_metrics)
+            model = setup.build_model()
+            model.load_state_dict(loop.state)
+            final.update(run_audits(ctx, model, setup.test))
         return final
 
 

@@ -1,7 +1,7 @@
 """Client sampling (``federated.sampling``): which clients train in each round.
 
 The sample of round R is drawn by *partition id* from the root seed's stream
-``federated.sampling.round.R`` (`testbed.seeding.SeedTree`), so a seed samples the same clients in
+``federated.sampling.round.R`` (declared in `testbed.federated.setup`), so a seed samples the same clients in
 every round on every engine and again in a resumed run. Flower's own ``fraction_train`` cannot do
 that: it samples node ids, which are random per run, with ``random.sample``.
 
@@ -11,7 +11,7 @@ the strategy a `SampledGrid` whose node ids are the round's sample only. Any str
 ``configure_train`` (Flower's, the robust ones, a wrapper around either) then addresses exactly the
 sampled clients with its ``fraction_train = 1``, and only they train::
 
-    sample = sample_clients(sampling, 20, SeedTree(7), server_round=3)   # e.g. [1, 4, 9, 12, 17]
+    sample = sample_clients(sampling, 20, setup.seeds, server_round=3)   # e.g. [1, 4, 9, 12, 17]
     messages = strategy.configure_train(3, arrays, config, SampledGrid(grid, [nodes[p] for p in sample]))
 """
 

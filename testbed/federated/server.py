@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAdagrad, FedAdam, FedAvg, FedAvgM, FedProx, FedYogi, Krum, Strategy
+from flwr.serverapp.strategy import FedAvg, Strategy
 
 from testbed.determinism import single_threaded
 from testbed.errors import ResumableFailure, UserError
@@ -41,24 +41,18 @@ from testbed.federated.privacy import RoundAccountant, last_round, privacy_metri
 from testbed.federated.sampling import QUERY_PARTITION, SampledGrid, sample_clients
 from testbed.federated.setup import FederationSetup
 from testbed.federated.staging import StagedUploads
+from testbed.federated.strategies import StrategyPlugin, answering
 from testbed.runner import RunContext
 from testbed.strategies import poison_updates
-from testbed.strategies.base import RobustFedAvg
 from testbed.strategies.marsfl import MARSFL_ATTACKS, parameter_mask, poison_states
 from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
 
-# Attacks whose output is a whole model rather than an update.
-FULL_MODEL_ATTACKS = frozenset({"random_noise", "add_noise"})
 PULL_INTERVAL_S = 0.1  # how often a round polls for replies (Flower's InMemoryGrid default)
 # Instructions in Flower's state at once: each poll costs Flower O(in flight), so a round of 10^5
 # clients is pushed in windows rather than at once (the replies are the same).
 IN_FLIGHT = 1024
-# Strategies whose aggregate is FedAvg's weighted mean (then a server optimizer, for some): their
-# rounds stream the uploads to `StagedUploads` instead of holding every reply (exact types: a
-# subclass or a DP wrapper may aggregate otherwise).
-STREAMED_STRATEGIES = (FedAvg, FedProx, FedAvgM, FedAdagrad, FedAdam, FedYogi)
 
 
 class RoundInterrupted(Exception):
@@ -114,7 +108,8 @@ class RoundLoop:
         self.clients_line: dict[str, Any] | None = None  # the round's per-client record (`clients_record`)
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
         self.nodes: dict[int, int] = {}  # partition id -> Flower node id, learned when clients are sampled
-        self.streaming = streams_uploads(strategy, setup)
+        self.declared = answering(setup)  # what the strategy declares: streamed uploads, client weights
+        self.streaming = streams_uploads(self.declared, setup)
         self.accountant: RoundAccountant | None = None  # epsilon, stepped once a round (set by `run`)
         assert setup.scenario.workload is not None  # check_federated requires a federated workload
         workload = workload_class(setup.scenario.workload.name)
@@ -325,7 +320,7 @@ class RoundLoop:
             asked = range(self.setup.num_clients) if sample is None else sample
             benign = sum(client not in self.setup.malicious for client in asked)
             poisoned = self._marsfl_uploads(attack.name, states, global_vector, mask, generator, params, benign)
-        elif attack.name in FULL_MODEL_ATTACKS:
+        elif registered_attacks()[attack.name].full_model:
             # The untrained network is the round-0 global model, sent every round (SDEA's code sends a
             # copy of its initial network). In round 1 that is a zero update.
             params["init"] = flatten_state(self.setup.build_model().state_dict())
@@ -355,11 +350,12 @@ class RoundLoop:
         """Weight the rule gave to Byzantine clients, detection quality for rules that flag, and how it
         treated each client (``attacker_auroc``, ``honest_zeroed``; the line `run` appends to clients.jsonl)."""
         ids = received.ids
-        weights, flagged = client_weights(self.strategy, ids, received.replies, new_arrays, received.examples)
+        weights, flagged = (None, None) if self.declared is None else self.declared.client_weights(
+            self.strategy, ids, received.replies, new_arrays, received.examples)
         if weights is None:
             self.clients_line = None
             return {}
-        history = self.strategy.history if isinstance(self.strategy, RobustFedAvg) else []
+        history = getattr(self.strategy, "history", [])  # SDEA's learned weights (`testbed.strategies.RobustFedAvg`)
         self.clients_line = clients_line(ids, weights, flagged, learned_weights(history, ids), self.setup.malicious)
         malicious = [i in self.setup.malicious for i in ids]
         record: dict[str, Any] = {"malicious_weight": float(sum(w for w, m in zip(weights, malicious) if m))}
@@ -385,34 +381,6 @@ def divergence_fields(scenario: Any) -> list[str]:
     return fields or ["workload.lr"]
 
 
-def client_weights(strategy: Strategy, ids: list[int], replies: list[Message] | None, new_arrays: ArrayRecord | None,
-                   examples: list[float] | None = None) -> tuple[list[float] | None, list[bool] | None]:
-    """Per-client aggregation weights (and flags) where the rule defines them, in ``ids`` order;
-    ``replies`` in that order too (None when the round staged its uploads), or for FedAvg the
-    clients' ``examples``."""
-    if isinstance(strategy, RobustFedAvg) and strategy.history:
-        last = strategy.history[-1]
-        by_id = dict(zip(last["client_ids"], zip(last["weights"], last["flagged"])))
-        flagged = [by_id[i][1] for i in ids] if strategy.flags_clients else None
-        return [by_id[i][0] for i in ids], flagged
-    if isinstance(strategy, Krum) and new_arrays is not None and replies is not None:  # one client's model
-        chosen = flatten_state(new_arrays.to_torch_state_dict())
-        # flwr types a RecordDict's items as any record
-        matches = [torch.equal(flatten_state(r.content["arrays"].to_torch_state_dict()), chosen)  # type: ignore[union-attr]
-                   for r in replies]
-        # Colluding attackers (LIE, Min-Max) upload identical models: the one pick is shared among
-        # every client that uploaded it, so the weights still sum to 1.
-        weights = [float(m) / max(sum(matches), 1) for m in matches]
-        return weights, [not m for m in matches]
-    if type(strategy) is FedAvg:
-        if replies is not None:
-            examples = [reply_metric(r, "num-examples") for r in replies]
-        assert examples is not None  # given when the replies are not
-        total = sum(examples)
-        return [e / total for e in examples], None
-    return None, None
-
-
 def aggregate_staged(strategy: Strategy, server_round: int, received: RoundReplies,
                      staged: StagedUploads) -> ArrayRecord | None:
     """A streamed round's aggregate: the staged uploads' weighted mean (Flower's FedAvg arithmetic in
@@ -428,12 +396,13 @@ def aggregate_staged(strategy: Strategy, server_round: int, received: RoundRepli
     return new_arrays
 
 
-def streams_uploads(strategy: Strategy, setup: FederationSetup) -> bool:
-    """Whether a round's uploads can be staged rather than kept as replies: the strategy takes
-    FedAvg's weighted mean, and no model attack rewrites replies (the omniscient adversary reads
-    every benign upload of the round)."""
+def streams_uploads(declared: type[StrategyPlugin] | None, setup: FederationSetup) -> bool:
+    """Whether a round's uploads can be staged rather than kept as replies: the strategy declares
+    that it takes FedAvg's weighted mean (``streamed``, and no DP wrapper stands between: ``declared``
+    is None then), and no model attack rewrites replies (the omniscient adversary reads every benign
+    upload of the round)."""
     federated = setup.scenario.federated
     assert federated is not None  # a federated scenario
     attack = federated.attack
     model_attack = attack is not None and registered_attacks()[attack.name].kind == "model"
-    return type(strategy) in STREAMED_STRATEGIES and not model_attack
+    return declared is not None and declared.streamed and not model_attack

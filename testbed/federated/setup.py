@@ -18,10 +18,27 @@ import torch
 from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
 from testbed.data.config import DataConfig
 from testbed.data.partition import PartitionError
+from testbed.data.streams import PARTITION, SPLIT
 from testbed.scenario import Scenario
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
+
+# The streams drawn from `FederationSetup.seeds`, declared here where the tree is handed out (the
+# modules that draw them, named with each, take it from the setup). "{}" is a partition id or a round.
+MODEL_INIT = stream("federated.model.init", "the initial global model")
+ROOT_SET = stream("federated.root", "the server's clean root set (FLTrust), carved out before partitioning")
+MALICIOUS = stream("federated.malicious", "which clients are Byzantine")
+FAULTY = stream("federated.faulty", "which clients fail on purpose")
+SAMPLING = stream("federated.sampling.round.{}", "the clients sampled for a round (sampling.py)")
+CLIENT_ROUND = stream("client.{}/round.{}", "a client's local training in a round: batches, dropout (client.py)")
+LABEL_FLIP = stream("attack.labels.{}", "a Byzantine client's flipped labels (client.py)")
+BACKDOOR = stream("attack.backdoor.{}", "a backdoor client's poisoned samples (backdoor.py)")
+ATTACK_ROUND = stream("attack.round.{}", "the server-side model-poisoning attack of a round (server.py)")
+FLTRUST_ROUND = stream("fltrust.round.{}", "the server's training on its root set in a round (FLTrust)")
+SDEA_PUBLIC = stream("sdea.public", "the synthetic public images SDEA distils on")
+SDEA = stream("sdea", "SDEA's own random choices")
+DNC = stream("dnc", "DnC's random coordinate subsets")
 
 
 @dataclass(frozen=True)
@@ -35,10 +52,7 @@ class FederationSetup:
     partitions: tuple[np.ndarray, ...]
     malicious: frozenset[int]
     faulty: frozenset[int]  # clients that raise or hang (fault injection)
-
-    @property
-    def seeds(self) -> SeedTree:
-        return SeedTree(self.scenario.seed)
+    seeds: SeedTree  # the run's seed tree, as this process rebuilds it (`federation_seeds`)
 
     @property
     def num_clients(self) -> int:
@@ -57,11 +71,17 @@ class FederationSetup:
         assert issubclass(workload_cls, FederatedWorkload)
         config = workload_cls.Config.model_validate(self.scenario.workload.params)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seeds.integer("federated.model.init"))
+            torch.manual_seed(self.seeds.integer(MODEL_INIT.path))
             return workload_cls.model_for(config, self.train)
 
     def label_histograms(self) -> np.ndarray:
         return label_histograms(self.train.y, list(self.partitions), self.train.num_classes)
+
+
+def federation_seeds(scenario: Scenario) -> SeedTree:
+    """The run's seed tree, rebuilt from the scenario's root seed: Flower builds the client and server
+    apps in processes (Ray actors) that get the scenario, never the driver's `RunContext`."""
+    return SeedTree(scenario.seed, strict=True)
 
 
 def federation_setup(scenario: Scenario) -> FederationSetup:
@@ -85,9 +105,9 @@ def _loaded(data_json: str) -> Dataset:
 def _cached_setup(scenario_json: str) -> FederationSetup:
     scenario = Scenario.model_validate(json.loads(scenario_json))
     assert scenario.federated is not None  # a federated scenario: the runner fills in the block's defaults
-    seeds = SeedTree(scenario.seed)
+    seeds = federation_seeds(scenario)
     train, test = train_test_split(_loaded(json.dumps(scenario.data.model_dump(mode="json"), sort_keys=True)),
-                                   scenario.data.test_fraction, seeds.integer("data.split"))
+                                   scenario.data.test_fraction, seeds.integer(SPLIT.path))
     if scenario.data.replicate > 1:
         repeat = scenario.data.replicate
         if train.x.nbytes * repeat > MAX_REPLICATED_BYTES:
@@ -97,31 +117,31 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
         train = train.subset(np.tile(np.arange(len(train.y)), repeat))
     root = None
     if scenario.federated.strategy.name == "fltrust":
-        from testbed.federated.config import FLTrustConfig
+        from testbed.federated.strategies.fltrust import FLTrust  # the one strategy with a server-held set
 
-        root_size = FLTrustConfig.model_validate(scenario.federated.strategy.params).root_size
-        train, root = _carve(train, root_size, seeds.numpy("federated.root"))
+        root_size = FLTrust.Config.model_validate(scenario.federated.strategy.params).root_size
+        train, root = _carve(train, root_size, seeds.numpy(ROOT_SET.path))
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
-                                   seeds.numpy("data.partition"), groups=train.groups)
-    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario),
-                           faulty_clients(scenario))
+                                   seeds.numpy(PARTITION.path), groups=train.groups)
+    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario, seeds),
+                           faulty_clients(scenario, seeds), seeds)
 
 
-def malicious_clients(scenario: Scenario) -> frozenset[int]:
+def malicious_clients(scenario: Scenario, seeds: SeedTree | None = None) -> frozenset[int]:
     """The Byzantine clients: ``round(fraction * N)`` partition ids drawn from the root seed."""
     assert scenario.federated is not None  # a federated scenario
     attack = scenario.federated.attack
     count = round(attack.fraction * scenario.data.num_clients) if attack else 0
-    rng = SeedTree(scenario.seed).numpy("federated.malicious")
+    rng = (seeds if seeds is not None else federation_seeds(scenario)).numpy(MALICIOUS.path)
     return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
 
 
-def faulty_clients(scenario: Scenario) -> frozenset[int]:
+def faulty_clients(scenario: Scenario, seeds: SeedTree | None = None) -> frozenset[int]:
     """Clients that fail on purpose (``federated.faults``), drawn from the root seed."""
     assert scenario.federated is not None  # a federated scenario
     faults = scenario.federated.faults
     count = max(1, round(faults.fraction * scenario.data.num_clients)) if faults else 0
-    rng = SeedTree(scenario.seed).numpy("federated.faulty")
+    rng = (seeds if seeds is not None else federation_seeds(scenario)).numpy(FAULTY.path)
     return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
 
 

@@ -4,13 +4,16 @@ root set."""
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 
 from testbed.data.datasets import Dataset
-from testbed.federated.setup import FederationSetup
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
+
+if TYPE_CHECKING:
+    from testbed.federated.setup import FederationSetup
 
 
 def train_on(setup: FederationSetup, global_state: dict[str, torch.Tensor], data: Dataset, epochs: int,

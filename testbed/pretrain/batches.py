@@ -19,7 +19,10 @@ from testbed.pretrain.model import next_token_labels
 from testbed.pretrain.packing import materialize_tokens, position_document_ids
 from testbed.pretrain.prepare import CorpusManifest, PackedSequences
 from testbed.pretrain.token_store import TokenStore
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
+
+# One purpose for both families that draw it (`testbed.pretrain.vit.DigitsData` too); a run opens one.
+ORDER = stream("pretrain.order/epoch.{}", "the order in which an epoch's training examples are served")
 
 
 @dataclass
@@ -52,12 +55,14 @@ class TrainingData:
 
     def __init__(self, folder: Path, seed: int):
         self.folder = folder
+        # The run's tree, rebuilt from its root seed: a DeepSpeed rank gets the run folder, not the context.
+        self.seeds = SeedTree(seed, strict=True)
         self.manifest = CorpusManifest.load(folder)
         self.train = TokenStore(folder / "train", self.manifest.vocab_size)
         self.heldout = TokenStore(folder / "heldout", self.manifest.vocab_size)
         self.packed = PackedSequences.load(folder / "train")
         self.eval_packed = PackedSequences.load(folder / "heldout")
-        self._seeds = SeedTree(seed).child("pretrain.order")
+        self._seeds = self.seeds.child("pretrain.order")
         self._orders: dict[int, np.ndarray] = {}
 
     @property

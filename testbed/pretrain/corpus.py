@@ -31,7 +31,12 @@ import numpy as np
 from testbed.errors import ScenarioError, shorten
 from testbed.pretrain.config import CorpusConfig
 from testbed.pretrain.factrecall import FactRecallDocument, generate_documents
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
+
+ORDER = stream("corpus.order", "the order in which a standard-library source visits its files")
+# One purpose for every source: the bigram_backcopy preparation splits its token documents with it too.
+HELDOUT = stream("corpus.heldout", "which documents of the corpus are held out for evaluation")
+FACTRECALL = stream("corpus.factrecall", "the facts and questions of the factrecall documents")
 
 MIN_DOCSTRING_CHARS = 200  # shorter docstrings are mostly one-line summaries
 TEST_FOLDERS = {"test", "tests", "idle_test"}
@@ -45,7 +50,7 @@ def stdlib_root() -> Path:
 def stdlib_modules(seeds: SeedTree, include_tests: bool) -> list[Path]:
     """The standard library's ``.py`` files (no site-packages) in an order drawn from the seed."""
     files = stdlib_files(include_tests)
-    order = seeds.numpy("corpus.order").permutation(len(files))
+    order = seeds.numpy(ORDER.path).permutation(len(files))
     return [files[i] for i in order]
 
 
@@ -123,7 +128,7 @@ def corpus_files(folder: Path) -> list[Path]:
 
 def factrecall_documents(config: CorpusConfig, seeds: SeedTree) -> Iterator[str]:
     """The synthetic fact-recall documents' texts."""
-    for document in generate_documents(config.factrecall, seeds.numpy("corpus.factrecall")):
+    for document in generate_documents(config.factrecall, seeds.numpy(FACTRECALL.path)):
         yield document.text
 
 
@@ -182,26 +187,34 @@ def check_training_documents(config: CorpusConfig, source: str, seed: int) -> No
                         "none is left to train on; lower heldout_fraction or raise max_documents")
 
 
-def iter_documents(config: CorpusConfig, seed: int) -> Iterator[str]:
+def corpus_seeds(seed: int | SeedTree) -> SeedTree:
+    """The run's seed tree: handed on as given (the preparation's), or rebuilt from the run's root
+    seed by a caller that has only the int (validation, before the run has a context)."""
+    return seed if isinstance(seed, SeedTree) else SeedTree(seed, strict=True)
+
+
+def iter_documents(config: CorpusConfig, seed: int | SeedTree) -> Iterator[str]:
     """The corpus's documents in a fixed order, at most ``max_documents`` of them."""
-    documents = SOURCES[config.source](config, SeedTree(seed))
+    documents = SOURCES[config.source](config, corpus_seeds(seed))
     for count, text in enumerate(documents):
         if config.max_documents is not None and count >= config.max_documents:
             return
         yield text
 
 
-def iter_split(config: CorpusConfig, seed: int) -> Iterator[tuple[bool, str]]:
+def iter_split(config: CorpusConfig, seed: int | SeedTree) -> Iterator[tuple[bool, str]]:
     """``(is_heldout, text)`` for each document; each is held out with probability ``heldout_fraction``."""
-    draws = _uniform_stream(SeedTree(seed).numpy("corpus.heldout"))
-    for text in iter_documents(config, seed):
+    seeds = corpus_seeds(seed)
+    draws = _uniform_stream(seeds.numpy(HELDOUT.path))
+    for text in iter_documents(config, seeds):
         yield next(draws) < config.heldout_fraction, text
 
 
-def factrecall_heldout(config: CorpusConfig, seed: int) -> list[FactRecallDocument]:
+def factrecall_heldout(config: CorpusConfig, seed: int | SeedTree) -> list[FactRecallDocument]:
     """The held-out documents of a ``factrecall`` corpus with their questions, in corpus order."""
-    documents = generate_documents(config.factrecall, SeedTree(seed).numpy("corpus.factrecall"))
-    split = iter_split(config, seed)
+    seeds = corpus_seeds(seed)
+    documents = generate_documents(config.factrecall, seeds.numpy(FACTRECALL.path))
+    split = iter_split(config, seeds)
     return [document for document, (heldout, _) in zip(documents, split) if heldout]
 
 

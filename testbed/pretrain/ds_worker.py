@@ -53,7 +53,9 @@ from testbed.pretrain.model import IGNORE_INDEX, parameter_groups, summed_loss
 from testbed.pretrain.outlier_eval import histogram_arrays, outlier_metrics, quantized_metrics
 from testbed.pretrain.tokenizer import load_tokenizer
 from testbed.run import RunFolder
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
+
+MODEL_INIT = stream("pretrain.model", "the model's initial weights")
 
 if TYPE_CHECKING:
     from testbed.pretrain.vit import DigitsData
@@ -269,11 +271,11 @@ def init_process(threads: int) -> Process:
     return Process(dist.get_rank(), dist.get_world_size(), device)
 
 
-def build_engine(config: PretrainConfig, data, seed: int, process: Process):
+def build_engine(config: PretrainConfig, data, seeds: SeedTree, process: Process):
     """The model, AdamW with its warm-up/cosine schedule, wrapped by ``deepspeed.initialize``."""
     import deepspeed
 
-    torch.manual_seed(SeedTree(seed).integer("pretrain.model"))
+    torch.manual_seed(seeds.integer(MODEL_INIT.path))
     model = build_model(config, data)
     optimizer = torch.optim.AdamW(parameter_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.95))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(config.warmup_steps, config.steps))
@@ -317,7 +319,7 @@ def _train(run_dir: Path, resume_tag: str | None) -> None:
     process = init_process(config.threads_per_process)
     data = open_training_data(run_dir, scenario)
     engine_started = time.perf_counter()
-    engine = build_engine(config, data, scenario.seed, process)
+    engine = build_engine(config, data, data.seeds, process)  # the run's tree, as this rank rebuilt it
     engine_init_s = time.perf_counter() - engine_started
     checkpoints = run_dir / "deepspeed"
     step, window = 0, MetricWindow()

@@ -26,7 +26,9 @@ import torch
 
 from testbed.pretrain.batches import Batch, TrainingData
 from testbed.pretrain.model import IGNORE_INDEX
-from testbed.seeding import SeedTree
+from testbed.seeding import stream
+
+MASKING = stream("pretrain.masking", "which positions of a sequence are masked, with its index and the step")
 
 MASK_RATE = 0.15
 EVAL_STEP = -1
@@ -60,7 +62,7 @@ class MaskedLMData(TrainingData):
     def __init__(self, folder: Path, seed: int):
         super().__init__(folder, seed)
         self.mask_id = self.manifest.vocab_size
-        self._base_seed = SeedTree(seed).integer("pretrain.masking")
+        self._base_seed = self.seeds.integer(MASKING.path)
         self._step = 0
         bos = self.manifest.bos_id
         self.special_ids = () if bos is None else (bos, self.manifest.eos_id)

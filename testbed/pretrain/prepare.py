@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from testbed.pretrain.config import PretrainConfig
-from testbed.pretrain.corpus import factrecall_heldout, iter_split
+from testbed.pretrain.corpus import HELDOUT, corpus_seeds, factrecall_heldout, iter_split
 from testbed.pretrain.corpus_cache import (
     cache_entry,
     check_digests,
@@ -50,7 +50,7 @@ from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed
 from testbed.pretrain.sink_task import task_documents
 from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
 from testbed.pretrain.tokenizer import BOS, END_OF_TEXT, PAD, save_tokenizer, special_id, train_tokenizer
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
 
 TOKENIZE_BATCH = 256
 
@@ -131,19 +131,20 @@ def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str,
 
 
 def _build(partial: Path, config: PretrainConfig, seed: int) -> None:
+    seeds = corpus_seeds(seed)  # the run's tree, built once here: the preparation gets only the root seed
     if config.corpus.source == "bigram_backcopy":
-        _write_task(partial, config, seed)
+        _write_task(partial, config, seeds)
         return
-    train_texts = (text for heldout, text in iter_split(config.corpus, seed) if not heldout)
+    train_texts = (text for heldout, text in iter_split(config.corpus, seeds) if not heldout)
     tokenizer = train_tokenizer(itertools.islice(train_texts, config.tokenizer.train_documents),
                                 config.tokenizer.vocab_size, bos=config.corpus.bos)
     save_tokenizer(tokenizer, partial / "tokenizer.json")
     vocab_size, eos_id = tokenizer.get_vocab_size(), special_id(tokenizer, END_OF_TEXT)
     bos_id = special_id(tokenizer, BOS) if config.corpus.bos else None
-    train, heldout = _tokenize(tokenizer, config, seed, partial, vocab_size, eos_id, bos_id)
+    train, heldout = _tokenize(tokenizer, config, seeds, partial, vocab_size, eos_id, bos_id)
     _pack(partial, config, train, heldout)
     if config.corpus.source == "factrecall":
-        _write_factrecall_questions(partial / "factrecall_eval.json", config, seed)
+        _write_factrecall_questions(partial / "factrecall_eval.json", config, seeds)
     _write_manifest(partial, config, vocab_size, eos_id, special_id(tokenizer, PAD), bos_id, train, heldout)
 
 
@@ -171,24 +172,29 @@ def _finish(folder: Path, partial: Path, config: PretrainConfig) -> dict[str, np
     return packing_report_arrays(lengths, config.context_length, config.packing.buffer_size)
 
 
-def _tokenize(tokenizer, config: PretrainConfig, seed: int, folder: Path, vocab_size: int,
+def _tokenize(tokenizer, config: PretrainConfig, seeds: SeedTree, folder: Path, vocab_size: int,
               eos_id: int, bos_id: int | None) -> tuple[TokenStore, TokenStore]:
     writers = {False: TokenStoreWriter(folder / "train", vocab_size),
                True: TokenStoreWriter(folder / "heldout", vocab_size)}
     start = [] if bos_id is None else [bos_id]
-    for batch in _batched(iter_split(config.corpus, seed), TOKENIZE_BATCH):
+    for batch in _batched(iter_split(config.corpus, seeds), TOKENIZE_BATCH):
         encodings = tokenizer.encode_batch([text for _, text in batch])
         for (heldout, _), encoding in zip(batch, encodings):
             writers[heldout].extend([start + encoding.ids + [eos_id]])
     return writers[False].close(), writers[True].close()
 
 
-def _write_task(partial: Path, config: PretrainConfig, seed: int) -> None:
+# Drawn by `testbed.pretrain.sink_task.task_documents` from the tree `_write_task` hands it.
+TASK = stream("corpus.bigram_backcopy.task", "the bigram_backcopy task: its bigram table and triggers")
+TASK_DOCUMENTS = stream("corpus.bigram_backcopy.documents", "the token documents drawn from the bigram_backcopy task")
+
+
+def _write_task(partial: Path, config: PretrainConfig, seeds: SeedTree) -> None:
     """The bigram_backcopy corpus: documents of the context length drawn from the run's task,
     each held out with probability ``heldout_fraction`` (the split stream of the text sources);
     at least one document on each side."""
-    task, documents = task_documents(config.corpus.bigram_backcopy, config.context_length, SeedTree(seed))
-    draws = SeedTree(seed).numpy("corpus.heldout").random(len(documents)) < config.corpus.heldout_fraction
+    task, documents = task_documents(config.corpus.bigram_backcopy, config.context_length, seeds)
+    draws = seeds.numpy(HELDOUT.path).random(len(documents)) < config.corpus.heldout_fraction
     draws[0], draws[-1] = draws[0] or not draws.any(), draws[-1] and not draws.all()
     writers = {False: TokenStoreWriter(partial / "train", task.vocab_size),
                True: TokenStoreWriter(partial / "heldout", task.vocab_size)}
@@ -205,8 +211,8 @@ def _batched(items: Iterable, size: int) -> Iterator[list]:
         yield batch
 
 
-def _write_factrecall_questions(path: Path, config: PretrainConfig, seed: int) -> None:
-    documents = factrecall_heldout(config.corpus, seed)[: config.corpus.factrecall.eval_documents]
+def _write_factrecall_questions(path: Path, config: PretrainConfig, seeds: SeedTree) -> None:
+    documents = factrecall_heldout(config.corpus, seeds)[: config.corpus.factrecall.eval_documents]
     questions = [{"prompt": document.text[: q.prompt_end], "answer": q.answer, "stated_values": list(q.stated_values)}
                  for document in documents for q in document.questions]
     path.write_text(json.dumps(questions))

@@ -80,7 +80,9 @@ class DigitsData:
         self.num_classes = 10
         self.patches = (IMAGE_SIDE // patch_size) ** 2
         self.manifest = SimpleNamespace(vocab_size=INTENSITIES, pad_id=0)
-        self._seeds = SeedTree(seed).child("pretrain.order")
+        # The run's tree, rebuilt from its root seed: a DeepSpeed rank gets the run folder, not the context.
+        self.seeds = SeedTree(seed, strict=True)
+        self._seeds = self.seeds.child("pretrain.order")  # `testbed.pretrain.batches.ORDER`, as `TrainingData`
         self._orders: dict[int, np.ndarray] = {}
 
     @property

@@ -20,6 +20,7 @@ from testbed.seeding import SeedTree
 
 if TYPE_CHECKING:
     from testbed.report.sections import ReportSection
+    from testbed.workloads.audits import Audit
 
 def snapshot(value: Any) -> Any:
     """A checkpointable copy of one piece of workload state."""
@@ -61,6 +62,9 @@ class Workload(ABC):
     headline_metric: ClassVar[tuple[str, str]] = ("loss", "min")
     # Report sections of this workload; they read the run folder's artifacts.npz (see `artifacts`).
     report_sections: ClassVar[list[ReportSection]] = []
+    # Audits of a final model this workload offers to every kind, by the ``report:`` key that switches
+    # each on (see `testbed.workloads.audits`).
+    audits: ClassVar[dict[str, type[Audit]]] = {}
     # Attributes a checkpoint holds (modules, optimizers, data streams, RNGs, tensors, plain values),
     # saved and restored by the default `state_dict` / `load_state_dict`; a workload whose state does
     # not fit this overrides both.

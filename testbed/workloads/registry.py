@@ -1,100 +1,70 @@
-"""The registry of scenario workloads: one explicit table, read without importing any workload.
+"""The registry of scenario workloads, derived from the workload packages: no table lists them.
 
-Each entry names, as ``module:attribute`` strings, the workload's typed config and its check (both
-in the workload's torch-free ``config`` module) and its `Workload` class. Validating a scenario
-imports only the config module; the workload's model code (torch and the rest) is imported when a
-run builds it. Installed packages add workloads through the ``testbed.workloads`` entry-point group
-(see `testbed.plugins`); a plugin's class carries its own ``Config``, ``check`` and ``summary``.
-
-Every built-in workload follows one pattern: package ``testbed/workloads/<name>/`` with
-``config.py`` (``<Prefix>Config`` and ``check``), ``workload.py`` (``<Prefix>Workload``),
-``metrics.py`` where it has metrics of its own, and ``report.py`` for its report sections.
+A built-in workload is a package ``testbed/workloads/<name>/`` (found on disk: `BUILTIN`) with
+``config.py`` (its typed ``<Prefix>Config``, the class whose name is ``<name>config`` in any case,
+and ``check``), ``workload.py`` (the `Workload` subclass whose ``name`` is ``<name>`` and whose
+``Config`` and ``check`` are those two), ``metrics.py`` where it has metrics of its own, and
+``report.py`` for its report sections. Its summary is the first paragraph of the package's
+docstring; the kinds it runs under are its class's (every workload runs as a ``workload``
+scenario, a `FederatedWorkload` also under ``federated``). Validating a scenario and listing the
+workloads import only the package and its torch-free ``config`` module; the model code (torch and
+the rest) is imported when a run builds the workload or asks for its kinds. A test checks that
+each package's config module and class agree. Installed packages add workloads through the
+``testbed.workloads`` entry-point group (see `testbed.plugins`); their class carries its own
+``Config``, ``check`` and ``summary``, and passes the same checks as a built-in class
+(`testbed.plugins.admit`).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from testbed.config import StrictModel
     from testbed.data.config import DataConfig
     from testbed.workloads.base import Workload
 
-
-@dataclass(frozen=True)
-class WorkloadEntry:
-    """A registered workload: what it is, and where its config, check and class live."""
-
-    summary: str
-    config: str
-    workload: str
-    check: str | None = None
-    federated: bool = False  # a `FederatedWorkload`: federated clients can train its model
-
-    @classmethod
-    def builtin(cls, package: str, prefix: str, summary: str, federated: bool = False) -> WorkloadEntry:
-        module = f"testbed.workloads.{package}"
-        return cls(summary, f"{module}.config:{prefix}Config", f"{module}.workload:{prefix}Workload",
-                   f"{module}.config:check", federated)
+_HERE = Path(__file__).parent
+# The built-in workloads: every package of this folder with a ``workload`` module, in name order.
+BUILTIN: tuple[str, ...] = tuple(sorted(info.name for info in pkgutil.iter_modules([str(_HERE)])
+                                        if info.ispkg and (_HERE / info.name / "workload.py").is_file()))
 
 
-BUILTIN: dict[str, WorkloadEntry] = {
-    "classifier": WorkloadEntry.builtin(
-        "classifier", "Classifier", "small CNN/MLP classifier on a bundled scikit-learn dataset (digits, wine, ...)",
-        federated=True),
-    "bisam": WorkloadEntry.builtin(
-        "bisam", "BiSAM",
-        "BiSAM: SAM whose perturbation ascends a lower bound of the 0-1 loss; sgd|sam|bisam, label noise",
-        federated=True),
-    "aco": WorkloadEntry.builtin(
-        "aco", "ACO", "ACO: non-greedy active feature acquisition from nearest neighbours; aco|greedy|random"),
-    "strwae": WorkloadEntry.builtin(
-        "strwae", "StrWAE",
-        "StrWAE: structured Wasserstein autoencoder; invariance to lighting with 100 labels; strwae|wae|vae_hsic"),
-    "vsdm": WorkloadEntry.builtin(
-        "vsdm", "VSDM",
-        "variational Schrödinger diffusion (learned linear forward score) vs DSM on stretched 2-D shapes"),
-    "dfm": WorkloadEntry.builtin(
-        "dfm", "DFM",
-        "discrete flow models (CTMC, eta-invariant sampler) vs D3PM; Multiflow-style co-design of 2-D chains"),
-    "dddm": WorkloadEntry.builtin(
-        "dddm", "DDDM",
-        "directly denoising diffusion (per-sample estimate buffer, iterative sampler) vs DDIM at equal NFE"),
-    "oodrobust": WorkloadEntry.builtin(
-        "oodrobust", "OODRobust",
-        "OODRobustBench: ID vs OOD (dataset and threat shift) robustness of a model population, linear fit"),
-    "gpgvae": WorkloadEntry.builtin(
-        "gpgvae", "GPGVAE", "gated-prior graph VAE recovering network-game graphs vs ungated and random priors"),
-    "stc": WorkloadEntry.builtin(
-        "stc", "STC", "spiking next-frame prediction of moving digits: STC-LIF autaptic gates vs LIF / PLIF",
-        federated=True),
-    "gridcoarsen": WorkloadEntry.builtin(
-        "gridcoarsen", "GridCoarsen",
-        "Differentiable Voronoi grid coarsening for parabolic and wave FV solvers; optimised|kmeans|random"),
-    "floodgnn": WorkloadEntry.builtin(
-        "floodgnn", "FloodGNN",
-        "ComGNN pluvial-flood emulator on real DEM regions with simulated storms; comgnn|mpnn|rainincr"),
-    "musicflow": WorkloadEntry.builtin(
-        "musicflow", "MusicFlow", "cascaded masked flow matching for text-to-music (vs no masking, vs a single stage)"),
-    "ppae": WorkloadEntry.builtin(
-        "ppae", "PPAE", "precise audio editing via cross-attention control (vs regenerate, vs SDEdit)"),
-    "robodreamer": WorkloadEntry.builtin(
-        "robodreamer", "RoboDreamer",
-        "compositional video diffusion over parsed instruction components vs whole-sentence conditioning"),
-    "atradiff": WorkloadEntry.builtin(
-        "atradiff", "ATraDiff",
-        "trajectory diffusion (horizons, length estimator, pruner) augmenting SAC on MountainCarContinuous"),
-}
+def _module(name: str, module: str) -> ModuleType:
+    return importlib.import_module(f"testbed.workloads.{name}.{module}" if module else f"testbed.workloads.{name}")
 
 
-def resolve(target: str) -> Any:
-    """The attribute a ``module:attribute`` string names."""
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+@cache
+def _builtin(name: str) -> type[Workload]:
+    """The class of built-in workload ``name``: the `Workload` subclass its package's ``workload``
+    module defines under that name, admitted as a plugin's class would be."""
+    from testbed.plugins import admit
+    from testbed.workloads.base import Workload
+
+    module = _module(name, "workload")
+    own = [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, Workload)
+           and obj.__module__ == module.__name__ and getattr(obj, "name", None) == name]
+    if len(own) != 1:
+        raise TypeError(f"{module.__name__} defines {len(own)} Workload classes named '{name}'; it needs one")
+    registry: dict[str, Any] = {}
+    admit(registry, name, own[0], Workload, f"built-in workload {module.__name__}", as_class=True)
+    return registry[name]
+
+
+def _builtin_config(name: str) -> type[StrictModel]:
+    """The config class of built-in workload ``name``: ``<name>config`` in its config module."""
+    module = _module(name, "config")
+    found = [obj for attribute, obj in vars(module).items() if attribute.lower() == f"{name}config"]
+    if len(found) != 1:
+        raise TypeError(f"{module.__name__} has no class '{name}config' (in any case): the workload's Config")
+    return found[0]
 
 
 @cache
@@ -122,31 +92,36 @@ def is_registered(name: str) -> bool:
 
 
 def summary(name: str) -> str:
-    return BUILTIN[name].summary if name in BUILTIN else _plugins()[name].summary
+    """What workload ``name`` is, in one paragraph: its package's docstring (built-in) or its
+    class's ``summary`` (plugin)."""
+    if name not in BUILTIN:
+        return _plugins()[name].summary
+    paragraph = (_module(name, "").__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(paragraph.split())
 
 
 def config_class(name: str) -> type[StrictModel]:
-    """The typed config of workload ``name`` (imports only its config module)."""
-    return resolve(BUILTIN[name].config) if name in BUILTIN else _plugins()[name].Config
+    """The typed config of workload ``name`` (a built-in's: imports only its config module)."""
+    return _builtin_config(name) if name in BUILTIN else _plugins()[name].Config
 
 
 def check_function(name: str) -> Callable[[Any, DataConfig], None]:
     """The check of workload ``name``: rejects config/data combinations that cannot work."""
-    if name in BUILTIN:
-        target = BUILTIN[name].check
-        return resolve(target) if target else (lambda config, data: None)
-    return _plugins()[name].check
+    return _module(name, "config").check if name in BUILTIN else _plugins()[name].check
+
+
+def kinds(name: str) -> tuple[str, ...]:
+    """The scenario kinds workload ``name`` runs under, as its class declares them (imports it)."""
+    from testbed.workloads.base import FederatedWorkload
+
+    return ("workload", "federated") if issubclass(workload_class(name), FederatedWorkload) else ("workload",)
 
 
 def is_federated(name: str) -> bool:
     """Whether federated clients can train workload ``name``'s model."""
-    if name in BUILTIN:
-        return BUILTIN[name].federated
-    from testbed.workloads.base import FederatedWorkload
-
-    return issubclass(_plugins()[name], FederatedWorkload)
+    return "federated" in kinds(name)
 
 
 def workload_class(name: str) -> type[Workload]:
     """The `Workload` class of ``name`` (imports its model code)."""
-    return resolve(BUILTIN[name].workload) if name in BUILTIN else _plugins()[name]
+    return _builtin(name) if name in BUILTIN else _plugins()[name]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.errors import ScenarioError, UserError
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
+from testbed.seeding import SeedTree, stream
 from testbed.workloads import registry
 
 if TYPE_CHECKING:
@@ -21,18 +22,24 @@ if TYPE_CHECKING:
     from testbed.workloads.base import Workload
 
 
-def build_workload(scenario: Scenario) -> Workload:
-    """The scenario's workload, freshly initialised from the root seed."""
-    from testbed.seeding import SeedTree
+# A workload is a plugin: it names the streams under its own child itself (data.split, model.init, ...).
+WORKLOAD_STREAMS = stream("workload/*", "the workload's own streams, each named by the workload")
 
+
+def build_workload(scenario: Scenario, seeds: SeedTree | None = None) -> Workload:
+    """The scenario's workload, freshly initialised from ``seeds``: the run's ``workload`` child,
+    or, used on its own (tests, notebooks), the same child of a tree built from the root seed."""
     assert scenario.workload is not None  # the loader requires it for this kind
     name = scenario.workload.name
     config = registry.config_class(name).model_validate(scenario.workload.params)
-    return registry.workload_class(name)(config, scenario.data, SeedTree(scenario.seed).child("workload"))
+    seeds = seeds if seeds is not None else SeedTree(scenario.seed, strict=True).child("workload")
+    return registry.workload_class(name)(config, scenario.data, seeds)
 
 
-def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) -> tuple[dict, list[dict]]:
-    """Train steps ``start..stop`` from ``state``; emit a record at every ``eval_every`` boundary and at the end.
+def train_chunk(scenario_data: dict, seeds: SeedTree, state: dict | None, start: int, stop: int
+                ) -> tuple[dict, list[dict]]:
+    """Train steps ``start..stop`` from ``state`` with the run's ``workload`` seed tree (``seeds``,
+    handed down from the driver's context); emit a record at every ``eval_every`` boundary and at the end.
 
     Training metrics are averaged over the steps since the previous record, carried across
     chunks in the state, so records do not depend on where checkpoints fall.
@@ -42,7 +49,7 @@ def train_chunk(scenario_data: dict, state: dict | None, start: int, stop: int) 
     scenario = Scenario.model_validate(scenario_data)
     loop = scenario.training
     with single_threaded():
-        workload = build_workload(scenario)
+        workload = build_workload(scenario, seeds)
         pending: dict[str, float] = {}
         pending_steps = 0
         if state is not None:
@@ -100,12 +107,12 @@ class WorkloadRunner(Runner):
         loop = ctx.scenario.training
         checkpoint = ctx.run.latest_checkpoint()
         state, step = (checkpoint["state"], checkpoint["step"]) if checkpoint else (None, 0)
-        scenario_data = ctx.scenario.model_dump(mode="json")
+        scenario_data, seeds = ctx.scenario.model_dump(mode="json"), ctx.seeds.child("workload")
         with ctx.progress.task("training", total=loop.steps, completed=step) as advance:
             while step < loop.steps:
                 stop = min((step // loop.checkpoint_every + 1) * loop.checkpoint_every, loop.steps)
                 try:
-                    state, records = ctx.engine.call(train_chunk, scenario_data, state, step, stop)
+                    state, records = ctx.engine.call(train_chunk, scenario_data, seeds, state, step, stop)
                 except ScenarioError as err:  # the data, read only now (a file dataset): name the scenario
                     raise ScenarioError(f"{ctx.source}: {err}" if ctx.source else str(err)) from None
                 check_finite_losses(records, ctx)  # before the diverged state is checkpointed

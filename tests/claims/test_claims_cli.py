@@ -56,6 +56,7 @@ def test_bad_claims_are_one_line_naming_file_and_field(cli, write_scenario, tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.integration
 def test_a_sweep_ends_with_its_verdicts(cli, write_scenario, tmp_path):
     code, out, err = cli("run", write_scenario(SWEEP), "--run-dir", tmp_path / "sweep", "--quiet")
 

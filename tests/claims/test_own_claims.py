@@ -31,6 +31,7 @@ SWEEP = {
 }
 
 
+@pytest.mark.integration
 def test_a_user_sweep_without_a_paper_gets_its_paired_verdict_in_the_report(cli, tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(SWEEP, sort_keys=False))

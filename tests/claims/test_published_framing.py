@@ -33,6 +33,7 @@ def _varies(margins: np.ndarray) -> bool:
     return len(margins) > 1 and bool(margins.max() > margins.min())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SCENARIOS)
 def test_claims_are_distinct_facts_and_secondary_values_are_measured(path):
     verdicts = _verdicts(path)

@@ -1,5 +1,6 @@
 """`testbed reproduce --size test` evaluates every statement of every paper (its verdicts mean nothing
-at this size), and rewriting the docs from its result files changes no byte."""
+at this size), renders no report on the way, and rewriting the docs from its result files changes no
+byte. One test per paper, so that pytest-xdist spreads them and a failure names its paper."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from testbed.claims.docs import BEGIN, END, splice
 from testbed.claims.papers import PAPERS
-from testbed.claims.reproduce import load, repository_root
+from testbed.claims.reproduce import load, repository_root, reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,24 +23,44 @@ def _reproduce(*args: str | Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, env={**os.environ, "CI": "1"}, capture_output=True, text=True, timeout=3600)
 
 
-def test_every_claim_of_every_paper_evaluates_at_the_test_size(tmp_path):
+def _files(folder: Path) -> dict[str, bytes]:
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize("paper", list(PAPERS))
+def test_every_claim_of_the_paper_evaluates_at_the_test_size(paper, tmp_path):
     runs = tmp_path / "runs"
-    done = _reproduce("--size", "test", "--runs-dir", runs)
+    done = _reproduce(paper, "--size", "test", "--runs-dir", runs)
 
     assert done.returncode == 0, done.stderr[-3000:]
-    expected = {f"{paper}: {statement.id}" for paper, entry in PAPERS.items() for path in entry.scenarios
+    expected = {f"{paper}: {statement.id}" for path in PAPERS[paper].scenarios
                 for statement in load(ROOT, path, "test").claims.statements}
-    printed = {": ".join(line.split(": ")[:2]) for line in done.stdout.splitlines()}
-    assert expected <= printed
+    lines = done.stdout.splitlines()
+    assert expected <= {": ".join(line.split(": ")[:2]) for line in lines}
     # Every statement was called on two paired seeds: none is left pending for want of a run.
-    assert not [line for line in done.stdout.splitlines() if ": pending" in line]
+    assert not [line for line in lines if ": pending" in line]
+    # Nobody reads a report at this size: neither a variant nor a sweep renders one.
+    assert not list((runs / "test").rglob("report"))
 
-    index = (runs / "docs" / "reproduction.md").read_bytes()
-    again = _reproduce("--size", "test", "--runs-dir", runs, "--docs-only")
-    assert again.returncode == 0, again.stderr
-    assert (runs / "docs" / "reproduction.md").read_bytes() == index
+    # --docs-only (run=False) rewrites the same pages from the result files, and says the same.
+    docs, results = _files(runs / "docs"), _files(runs / "results")
+    again = reproduce(ROOT, [paper], "test", runs, run=False, quiet=True)
+    assert again == lines
+    assert _files(runs / "docs") == docs and _files(runs / "results") == results
     assert not (ROOT / "docs" / "reproduction" / "results" / "test").exists()
 
 
 def test_reproduce_finds_the_checkout():
     assert repository_root() == ROOT
+
+
+def test_a_paper_page_written_afresh_is_spliced_again_without_a_changed_byte():
+    # The test size writes each paper's page from its title alone; --docs-only splices into that page.
+    block = f"{BEGIN}\n\n| claim |\n|---|\n\n{END}\n"
+    for body in ("", "Hand-written analysis.\n"):
+        once = splice(f"# Paper\n{body}", block)
+        assert once == f"# Paper\n\n{block}" + (f"\n{body}" if body else "")
+        assert splice(once, block) == once

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from testbed.claims import docs
 from testbed.claims.papers import PAPERS
 from testbed.claims.reproduce import reproduce
@@ -12,6 +14,7 @@ from testbed.claims.reproduce import reproduce
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_reproduction_docs_are_generated_from_the_result_files(tmp_path):
     shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
     shutil.copytree(ROOT / "docs", tmp_path / "docs")

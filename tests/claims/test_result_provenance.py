@@ -26,6 +26,7 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.integration
 def test_a_run_records_the_fingerprint_of_the_modules_it_imported(write_scenario, tmp_path):
     # In a process of its own, as `testbed run` and every sweep variant run (this test process has
     # imported more testbed modules than a run does).

@@ -59,8 +59,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 from flwr.serverapp.strategy import FedAvg
 
-from testbed.federated.config import ByzantineCount
-from testbed.federated.strategies import StrategyEntry, flower_round_settings
+from testbed.federated.strategies import ByzantineCount, StrategyPlugin, flower_round_settings
 
 
 class TrimmedMean(FedAvg):
@@ -79,13 +78,19 @@ class TrimmedMean(FedAvg):
         return arrays, None
 
 
-def build(config, setup, f):
-    return TrimmedMean(f, **flower_round_settings(setup))  # trains exactly the round's clients
+class TrimmedMeanRule(StrategyPlugin):
+    name = "trimmed_mean"
+    summary = "coordinate-wise trimmed mean (a user's plugin)"
+    Config = ByzantineCount
+    cost = "O(n d log n) time (a sort per coordinate), O(n d) memory"
 
+    @classmethod
+    def build(cls, config, setup, f):
+        return TrimmedMean(f, **flower_round_settings(setup))  # trains exactly the round's clients
 
-TRIMMED_MEAN = StrategyEntry(ByzantineCount, build, "coordinate-wise trimmed mean (a user's plugin)",
-                             min_clients=lambda f: 2 * f + 1,
-                             cost="O(n d log n) time (a sort per coordinate), O(n d) memory")
+    @classmethod
+    def min_clients(cls, f):
+        return 2 * f + 1
 '''
 
 
@@ -113,7 +118,7 @@ def _write_user_code(code: Path) -> None:
     info = code / "own_rules-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: own-rules\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[testbed.strategies]\ntrimmed_mean = own_rules:TRIMMED_MEAN\n")
+    (info / "entry_points.txt").write_text("[testbed.strategies]\ntrimmed_mean = own_rules:TrimmedMeanRule\n")
 
 
 def _scenario(table: Path) -> dict:

@@ -169,6 +169,7 @@ def _validate_limited(path: Path | str, overrides: list[str], cwd: Path) -> subp
                           preexec_fn=_limited, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_each_case_is_refused_within_a_minute_in_4_gib_of_address_space(tmp_path, case: Case):
     path, overrides = _prepare(case, tmp_path)
@@ -177,6 +178,7 @@ def test_each_case_is_refused_within_a_minute_in_4_gib_of_address_space(tmp_path
     _assert_one_line_naming(done.stderr, path, overrides, case.words)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("scenario", BUNDLED)
 def test_bundled_scenarios_validate_within_a_minute_in_4_gib_of_address_space(scenario: str):
     done = _validate_limited(REPOSITORY / scenario, [], REPOSITORY)
@@ -199,6 +201,7 @@ json.dump(results, open(sys.argv[2], "w"))
 """
 
 
+@pytest.mark.integration
 def test_the_whole_bad_input_corpus_is_refused_in_4_gib_of_address_space(tmp_path):
     """Every case of tests/core/test_bad_input_corpus.py through ``testbed validate`` in one process
     under the limit (one process, so the corpus costs seconds, not a start-up per case): exit 2, one

@@ -99,6 +99,7 @@ def test_list_scenarios_shows_the_working_checkout_not_the_installed_copy(cli, t
     assert out.splitlines() == [f"{'scenarios/mine/own.yaml':28s} [workload] my own scenario"]
 
 
+@pytest.mark.integration
 def test_listing_into_a_closed_pipe_exits_quietly(tmp_path):
     # `testbed list scenarios | head -1`: the reader is gone before the listing is written.
     process = subprocess.Popen([sys.executable, "-m", "testbed.cli", "list", "scenarios"], stdout=subprocess.PIPE,

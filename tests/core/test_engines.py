@@ -120,6 +120,7 @@ def _node_of_task(sleep_s: float) -> str:
     return ray.get_runtime_context().get_node_id()
 
 
+@pytest.mark.integration
 def test_local_engine_starts_its_own_ray_even_beside_a_running_cluster(cli, write_scenario, tmp_path,
                                                                        three_node_cluster):
     code, _, err = cli("run", write_scenario({"engine": {"type": "local", "num_cpus": 1, "use_ray": "always"}}),

@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
     ("testbed.run", "testbed.provenance", "testbed.trackers", "testbed.report", "testbed.runner", "testbed.loading",
      "testbed.sweep_status", "testbed.sweep_names",
-     "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training",
+     "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training", "testbed.workloads.audits",
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps", "testbed.claims.check"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
     ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.claims.reproduce"),
@@ -127,6 +127,17 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert upward == []
 
 
+def test_the_schema_and_the_federated_kind_import_no_workload_package():
+    """A paper's code enters the core and a kind only through a registry (its audits through
+    `testbed.workloads.audits`), never by name: the schema and the federated kind import no module of a
+    workload's own package (testbed/workloads/<name>/)."""
+    packages = {f"testbed.workloads.{p.parent.name}" for p in (REPO / "testbed" / "workloads").glob("*/__init__.py")}
+    kinds_and_schema = ("testbed.scenario", "testbed.federated.")
+    reaching = [f"{a} -> {b}" for a, b in _graph().edges
+                if a.startswith(kinds_and_schema) and ".".join(b.split(".")[:3]) in packages]
+    assert reaching == []
+
+
 def test_the_libraries_import_nothing_else_of_the_testbed():
     leaks = [f"{a} -> {b}" for a, b in _graph().edges
              if a.startswith(STANDALONE) and not b.startswith(a.split(".")[0] + "." + a.split(".")[1])]
@@ -155,6 +166,7 @@ def _loaded_after(statement: str) -> set[str]:
 HEAVY = ("torch", "flwr", "ray", "deepspeed", "sklearn", "mpi4py", "matplotlib", "opacus")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("statement", [
     "import testbed.cli",
     "from testbed.loading import load_scenario; load_scenario('%s')" % (REPO / "scenarios" / "quickstart.yaml"),
@@ -166,6 +178,7 @@ def test_the_schema_and_the_cli_import_no_heavy_library(statement):
     assert heavy == []
 
 
+@pytest.mark.integration
 def test_sdea_and_the_accountants_stand_alone():
     loaded = _loaded_after("from testbed.strategies import SDEA; from testbed.topologies import random_walk_pndp")
     testbed_modules = sorted(m for m in loaded if m.startswith("testbed.") and not m.startswith(STANDALONE))

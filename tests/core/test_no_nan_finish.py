@@ -63,6 +63,7 @@ def _write(tmp_path: Path, scenario: dict) -> Path:
 # --- each kind stops on a non-finite loss ----------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_a_diverging_federated_run_stops_naming_the_round(cli, tmp_path):
     scenario = copy.deepcopy(FEDERATED)
     scenario["workload"] = {**scenario["workload"], "lr": 1e30}
@@ -113,6 +114,7 @@ def test_a_decentralized_divergence_after_a_checkpoint_keeps_it_and_names_the_no
     assert bool(saved["progress"]["state"]["params"].isfinite().all())
 
 
+@pytest.mark.integration
 def test_a_diverging_pretraining_run_stops_naming_the_step(cli, tmp_path):
     scenario = copy.deepcopy(TINY_PRETRAIN)
     scenario["pretrain"] = {**scenario["pretrain"], "lr": 1e30}
@@ -135,6 +137,7 @@ def _opacus_per_round(z: float, q: float, rounds: int, delta: float) -> list[flo
     return curve
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("q", "z", "delta"), [(0.5, 0.8, 1e-3), (1.0, 1.3, 1e-5), (0.1, 2.0, 1e-5)])
 def test_the_accountant_stepped_per_round_gives_opacus_own_epsilon_every_round(q, z, delta):
     config = PrivacyConfig(noise_multiplier=z, delta=delta)

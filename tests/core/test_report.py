@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.browser import assert_readable
 from tests.conftest import requires_chromium
 
 
+@pytest.mark.integration
 @requires_chromium
 def test_training_report_leads_with_its_curves_in_headless_chromium(cli, write_scenario, tmp_path):
     run_dir = tmp_path / "run"
@@ -16,6 +19,7 @@ def test_training_report_leads_with_its_curves_in_headless_chromium(cli, write_s
     assert page.tables >= 1 and page.sections[0] == "Metrics over training"
 
 
+@pytest.mark.integration
 def test_trackers_receive_every_record_the_config_tags_and_report(cli, write_scenario, tmp_path):
     run_dir = tmp_path / "run"
     code, _, err = cli("run", write_scenario({"report": {"trackers": ["tensorboard", "mlflow"]}}),

@@ -68,6 +68,7 @@ def _testbed(*args: str, env_extra: dict | None = None) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(write_scenario, tmp_path):
     path = write_scenario()
     reference = _testbed("run", path, "--run-dir", tmp_path / "ref", "--quiet")
@@ -106,6 +107,7 @@ def test_report_rerenders_from_the_run_folder(cli, write_scenario, tmp_path):
     assert "test_accuracy" in page and "curve-loss.png" in page
 
 
+@pytest.mark.slow
 def test_validate_starts_nothing_and_accepts_every_bundled_scenario(cli):
     scenarios = sorted(Path(__file__).resolve().parents[2].joinpath("scenarios").rglob("*.yaml"))
     code, out, err = cli("validate", *scenarios)

@@ -45,6 +45,7 @@ def holder(tmp_path):
         process.wait()
 
 
+@pytest.mark.integration
 def test_a_second_writer_is_refused_report_works_and_kill_9_frees_the_folder(cli, write_scenario, holder,
                                                                               tmp_path):
     path = write_scenario()
@@ -68,6 +69,7 @@ def test_a_second_writer_is_refused_report_works_and_kill_9_frees_the_folder(cli
     assert RunFolder.open(run_dir).completed
 
 
+@pytest.mark.integration
 def test_a_sweep_folder_has_one_writer_too(cli, write_scenario, holder, tmp_path):
     path = write_scenario({"sweep": {"grid": {"seed": [1, 2]}}})
     sweep_dir = tmp_path / "sweep"
@@ -79,6 +81,7 @@ def test_a_sweep_folder_has_one_writer_too(cli, write_scenario, holder, tmp_path
     assert not (sweep_dir / "variants").exists()  # no variant was started
 
 
+@pytest.mark.integration
 def test_the_lock_is_shared_within_one_process_and_released(tmp_path):
     run = RunFolder.create(tmp_path / "run", {"name": "x"})
     again = RunFolder.open(run.path)

@@ -59,6 +59,7 @@ def _status(process: psutil.Process) -> str | None:
         return None
 
 
+@pytest.mark.integration
 def test_ctrl_c_ends_the_hypercube_comparison_within_seconds(tmp_path: Path):
     scenario = tmp_path / "hypercube.yaml"
     scenario.write_text(yaml.safe_dump(HYPERCUBE_4096))
@@ -78,6 +79,7 @@ def test_ctrl_c_ends_the_hypercube_comparison_within_seconds(tmp_path: Path):
     assert _gone(family)
 
 
+@pytest.mark.integration
 def test_a_dense_eigendecomposition_is_abandoned_on_ctrl_c():
     # 5000 x 5000 with eigenvectors: tens of seconds of scipy's eigh on two idle cores (minutes when
     # they are shared), all of it holding the GIL.

@@ -20,10 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
-
-psutil = pytest.importorskip("psutil")
 
 EXIT_WITHIN_S = 10.0
 FIRST_RECORD_WITHIN_S = 300.0
@@ -171,6 +170,7 @@ def _resume(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.integration
 def test_workload_interrupted_then_resumed_matches_an_uninterrupted_run(tmp_path):
     path = _write(tmp_path, WORKLOAD)
     _interrupt(path, tmp_path / "run")
@@ -190,6 +190,7 @@ def test_workload_interrupted_then_resumed_matches_an_uninterrupted_run(tmp_path
     assert _records(tmp_path / "run") == _records(tmp_path / "reference")
 
 
+@pytest.mark.integration
 def test_federated_interrupted_stops_flower_and_ray_then_resumes(tmp_path):
     run_dir = tmp_path / "run"
     _, tree = _interrupt(_write(tmp_path, FEDERATED), run_dir)
@@ -205,6 +206,7 @@ def test_federated_interrupted_stops_flower_and_ray_then_resumes(tmp_path):
     assert rounds == list(range(1, rounds[-1] + 1)) and summary["status"] == "completed"
 
 
+@pytest.mark.integration
 def test_decentralized_on_mpi_interrupted_stops_mpiexec_and_its_ranks_then_resumes(tmp_path):
     run_dir = tmp_path / "run"
     _, tree = _interrupt(_write(tmp_path, DECENTRALIZED), run_dir)
@@ -218,6 +220,7 @@ def test_decentralized_on_mpi_interrupted_stops_mpiexec_and_its_ranks_then_resum
     assert "random_walk.test_accuracy" in summary["final_metrics"]
 
 
+@pytest.mark.integration
 def test_pretrain_on_deepspeed_interrupted_stops_the_launcher_and_its_ranks_then_resumes(tmp_path):
     run_dir = tmp_path / "run"
     _, tree = _interrupt(_write(tmp_path, PRETRAIN), run_dir)

@@ -175,6 +175,7 @@ TAMPERINGS = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tamper", TAMPERINGS, ids=[f"{t.command}-{t.alter.__name__}" for t in TAMPERINGS])
 def test_a_tampered_run_folder_is_one_line_naming_the_file(finished_run: Path, tmp_path: Path, tamper: Tamper):
     run = tmp_path / "run"

@@ -13,7 +13,7 @@ import yaml
 
 from testbed.cli import main
 from testbed.trackers.base import Tracker
-from tests.conftest import TINY_SCENARIO
+from tests.conftest import TINY_SCENARIO, require_extra
 from tests.core.test_bad_input_corpus import Case, _assert_one_line_naming, _prepare
 
 SHORT = {"training": {"steps": 8, "eval_every": 4, "checkpoint_every": 4}}
@@ -43,6 +43,7 @@ def _mlflow_runs(store: Path, experiment: str) -> list:
     return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
+@pytest.mark.integration
 def test_mlflow_works_with_the_default_relative_run_folder_and_stays_off_the_console(cli_fd, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default run folder is the relative runs/<name>-<time>
     code, out, err = cli_fd("run", _scenario(tmp_path / "s.yaml"), "--quiet", "--set", "report.trackers=[mlflow]")
@@ -64,6 +65,7 @@ def test_mlflow_works_with_the_default_relative_run_folder_and_stays_off_the_con
     assert "Creating initial MLflow database tables" in (run_dir / "log.txt").read_text()
 
 
+@pytest.mark.integration
 def test_a_sweep_is_one_mlflow_parent_run_with_a_child_run_per_variant(cli, tmp_path):
     scenario = _scenario(tmp_path / "sweep.yaml", name="study",
                          report={"tracking": {"mlflow": {"experiment": "my-study"}}},
@@ -84,8 +86,9 @@ def test_a_sweep_is_one_mlflow_parent_run_with_a_child_run_per_variant(cli, tmp_
     assert all("sweep.grid.workload.lr" not in r.data.params for r in children)
 
 
+@pytest.mark.integration
 def test_wandb_offline_files_hold_the_params_metrics_per_step_and_summary(cli, tmp_path):
-    pytest.importorskip("wandb", reason="wandb is not installed (pip install 'testbed[wandb]')")
+    require_extra("wandb", "wandb")
     from tests.core.wandb_files import records
 
     run_dir = tmp_path / "run"

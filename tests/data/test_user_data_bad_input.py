@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import require_extra
 from tests.core.test_bad_input_corpus import Case, F, Replace, W, assert_refused_cleanly
 
 
@@ -186,5 +187,5 @@ def own_import_path(monkeypatch):
 def test_bad_user_data_or_model_is_one_line_exit_2_and_leaves_no_run_folder(cli, tmp_path, monkeypatch,
                                                                              own_import_path, case: Case):
     if case.id.startswith("data-huggingface"):
-        pytest.importorskip("datasets", reason="the 'hf' extra (datasets) is not installed")
+        require_extra("datasets", "hf")
     assert_refused_cleanly(cli, tmp_path, monkeypatch, case)

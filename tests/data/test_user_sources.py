@@ -23,6 +23,7 @@ from testbed.data.partition import NaturalPartition, PartitionError, partition_i
 from testbed.data.select import check_data_selection, is_image_data, load_selected
 from testbed.data.sources import registered_sources
 from testbed.errors import ScenarioError
+from tests.conftest import require_extra
 from tests.data.user_files import write_hf_dataset, write_image_folder, write_npz, write_table
 
 
@@ -138,7 +139,7 @@ def test_an_npz_is_checked_from_its_headers_without_reading_the_arrays(tmp_path,
 
 
 def test_a_saved_hugging_face_dataset_reads_its_images_labels_and_splits(tmp_path):
-    pytest.importorskip("datasets", reason="the 'hf' extra (datasets) is not installed")
+    require_extra("datasets", "hf")
     path = write_hf_dataset(tmp_path / "saved", samples=30)
     data = _data(dataset="huggingface", path=str(path), image_size=[4, 5])
     check_data_selection(data, "s.yaml")
@@ -219,7 +220,7 @@ def test_a_workload_runs_on_an_npz(cli, tmp_path):
 
 
 def test_a_workload_runs_on_a_saved_hugging_face_dataset(cli, tmp_path):
-    pytest.importorskip("datasets", reason="the 'hf' extra (datasets) is not installed")
+    require_extra("datasets", "hf")
     final = _run(cli, tmp_path, {"dataset": "huggingface", "path": str(write_hf_dataset(tmp_path / "saved", 45)),
                                  "image_size": [8, 8]}, "cnn")
     assert final["step"] == 12 and final["test_accuracy"] > 0.5  # three grey levels, 9 test images

@@ -87,6 +87,7 @@ AUDIT_SCENARIO = {
 }
 
 
+@pytest.mark.slow
 def test_audit_lower_bounds_never_exceed_the_accountant_and_are_not_vacuous(cli, tmp_path):
     path = tmp_path / "audit.yaml"
     path.write_text(yaml.safe_dump(AUDIT_SCENARIO))

@@ -51,6 +51,7 @@ def reference_run(tmp_path_factory) -> Path:
     return folder / "local"
 
 
+@pytest.mark.integration
 def test_ray_actors_give_the_vectorised_model(cli, tmp_path, tiny_scenario, reference_run):
     run = _run(cli, tmp_path, tiny_scenario, "ray", {"type": "local", "use_ray": "always", "num_cpus": 2})
 
@@ -58,10 +59,9 @@ def test_ray_actors_give_the_vectorised_model(cli, tmp_path, tiny_scenario, refe
     _assert_same_run(run, reference_run)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not MPIEXEC.is_file() and shutil.which("mpiexec") is None, reason="mpiexec not installed")
 def test_mpi_ranks_give_the_vectorised_model(cli, tmp_path, tiny_scenario, reference_run):
-    pytest.importorskip("mpi4py")
-
     run = _run(cli, tmp_path, tiny_scenario, "mpi", {"type": "mpi", "num_procs": 2})
 
     assert json.loads((run / "summary.json").read_text())["engine"]["type"] == "mpi"

@@ -26,7 +26,7 @@ from testbed.topologies import (
     random_walk_first_hit_sum,
     random_walk_pndp,
 )
-from testbed.topologies.symmetry import row_symmetry
+from testbed.topologies.symmetry import full_matrix, row_symmetry
 
 OFF = ~np.eye(16, dtype=bool)
 
@@ -165,6 +165,7 @@ def test_the_first_hit_walk_rho_is_the_capped_first_hit_sum_and_below_the_visit_
     assert np.all(unit.maximum <= network.maximum + 1e-12) and unit.maximum[-1] < 0.9 * network.maximum[-1]
 
 
+@pytest.mark.slow
 def test_a_walk_needs_more_noise_with_local_and_less_with_hitting_time_accounting(cli, tmp_path, tiny_scenario):
     import json
 
@@ -197,6 +198,8 @@ def test_the_walk_accountant_from_one_row_gives_the_dense_numbers(name, params):
     w = metropolis_hastings(graph)
     difference = row_symmetry(graph, w)
     assert difference is not None
+    # the group difference the row accountant relies on: W[u, v] = W[0, v - u] for every pair of nodes
+    np.testing.assert_array_equal(full_matrix(w[0], difference), w)
 
     dense = walk_unit_rho(w, steps=80, cap=7, sensitivity=2.0, keep=80)
     row = walk_unit_rho(w, steps=80, cap=7, sensitivity=2.0, keep=80, difference=difference)

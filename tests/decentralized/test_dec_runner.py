@@ -43,6 +43,7 @@ def test_bad_scenarios_fail_with_one_line_naming_the_field(cli, tmp_path, tiny_s
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_target_stops_the_run_and_the_report_names_the_pair(cli, tmp_path, tiny_scenario):
     tiny_scenario["decentralized"].update(algorithm="random_walk", sigma=6.0)
     tiny_scenario["decentralized"]["privacy"] = {"target_epsilon": 1.5, "delta": 1e-5}
@@ -63,6 +64,7 @@ def test_target_stops_the_run_and_the_report_names_the_pair(cli, tmp_path, tiny_
     assert "target reached: stopped after step" in page and pair in page
 
 
+@pytest.mark.slow
 def test_full_run_writes_accounting_utility_and_comparison(cli, tmp_path, tiny_scenario):
     tiny_scenario["decentralized"]["comparison"] = {"enabled": True, "topologies": [
         {"name": "hypercube", "dim": 3}, {"name": "ring", "n": 8}]}
@@ -87,6 +89,7 @@ def test_full_run_writes_accounting_utility_and_comparison(cli, tmp_path, tiny_s
     assert "No noise-free reference" in page
 
 
+@pytest.mark.slow
 def test_the_noise_free_baseline_trains_each_algorithm_without_noise(cli, tmp_path, tiny_scenario):
     tiny_scenario["decentralized"].update(algorithm=["random_walk", "local_dp"], sigma=8.0)
     tiny_scenario["decentralized"]["privacy"] = {"non_private_baseline": True}
@@ -109,6 +112,7 @@ def test_the_noise_free_baseline_trains_each_algorithm_without_noise(cli, tmp_pa
 
 # Checkpoints: random walk at 1 + 20, 1 + 40 and 1 + 41 (done); gossip's first chunk ends at 42 + 3.
 # With the noise-free arms after the three private ones (ending at 56), the walk's first ends at 56 + 20.
+@pytest.mark.integration
 @requires_chromium
 def test_privacy_report_leads_with_epsilon_against_distance_in_headless_chromium(cli, tmp_path, tiny_scenario):
     tiny_scenario["decentralized"]["comparison"] = {"enabled": True, "topologies": [{"name": "hypercube", "dim": 3}]}
@@ -122,6 +126,7 @@ def test_privacy_report_leads_with_epsilon_against_distance_in_headless_chromium
     assert "confidence" in html and "at most detectable" in html  # the audit's level and power
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("baseline", "last_kept"), [(False, 45), (True, 76)])
 def test_resume_from_an_earlier_checkpoint_ends_with_the_same_numbers(cli, tmp_path, tiny_scenario, monkeypatch,
                                                                        baseline, last_kept):

@@ -90,6 +90,7 @@ def resumed_sdea_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.integration
 def test_record_has_every_client_each_round_once_with_weights_summing_to_one(resumed_sdea_run):
     rounds = read_rounds(resumed_sdea_run)
     assert len(rounds) == len((resumed_sdea_run / CLIENTS_FILE).read_text().splitlines())  # no torn line left
@@ -105,6 +106,7 @@ def test_record_has_every_client_each_round_once_with_weights_summing_to_one(res
         assert all(isinstance(e["flagged"], bool) for e in line["clients"].values())
 
 
+@pytest.mark.integration
 def test_round_metrics_come_from_the_record_and_the_report_shows_the_heatmap(resumed_sdea_run):
     metrics = [json.loads(line) for line in (resumed_sdea_run / "metrics.jsonl").read_text().splitlines()]
     for record, line in zip(metrics, read_rounds(resumed_sdea_run), strict=True):

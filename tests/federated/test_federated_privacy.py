@@ -104,6 +104,7 @@ def test_central_dp_clips_weighs_clients_equally_and_draws_the_same_noise_for_th
     assert torch.equal(first, aggregate())
 
 
+@pytest.mark.integration
 def test_a_dp_fedavg_run_records_epsilon_stops_at_the_target_and_reports_accuracy_against_epsilon(tmp_path):
     # Central DP on 4 clients, 2 sampled a round (q = 0.5), under a BadNets attack: every round
     # records epsilon (opacus' number) and the attack success rate; the target lets 2 of 3 rounds run.

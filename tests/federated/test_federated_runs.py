@@ -56,6 +56,7 @@ def reference_run(scenario_file, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.mark.integration
 def test_every_client_trains_every_round_and_the_report_shows_robustness(reference_run):
     rounds = _rounds(reference_run)
     assert [r["round"] for r in rounds] == [1, 2, 3]
@@ -72,12 +73,14 @@ def test_every_client_trains_every_round_and_the_report_shows_robustness(referen
     assert "malicious-weight.png" not in page
 
 
+@pytest.mark.integration
 def test_same_seed_gives_the_same_accuracy_curve(scenario_file, reference_run, tmp_path):
     again = _testbed("run", scenario_file, "--run-dir", tmp_path / "again", "--quiet")
     assert again.returncode == 0, again.stderr
     assert _rounds(tmp_path / "again") == _rounds(reference_run)
 
 
+@pytest.mark.integration
 def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run, tmp_path):
     killed = _testbed("run", scenario_file, "--run-dir", tmp_path / "run", "--quiet",
                       env_extra={KILL_AFTER_RECORDS: "2"})
@@ -101,6 +104,7 @@ def baselines_run(tmp_path_factory) -> Path:
     return folder / "run"
 
 
+@pytest.mark.integration
 def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(baselines_run, reference_run):
     # The reference run is FedAvg under sign flipping; here the strategy is the median and FedAvg a baseline.
     run = baselines_run
@@ -116,6 +120,7 @@ def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(bas
     assert "<h2>Baselines</h2>" in page and "baselines-accuracy.png" in page and "fedmedian, no attack" in page
 
 
+@pytest.mark.integration
 @requires_chromium
 def test_robustness_report_leads_with_the_baselines_and_marks_the_attackers_in_headless_chromium(baselines_run):
     page = assert_readable(baselines_run / "report", first_screen="baselines-accuracy.png", name="robustness")
@@ -126,6 +131,7 @@ def test_robustness_report_leads_with_the_baselines_and_marks_the_attackers_in_h
     assert "curve-clients_requested.png" not in html
 
 
+@pytest.mark.integration
 def test_failing_clients_do_not_stop_a_round(write_scenario, tmp_path):
     faulty = {**FEDERATED, "federated": {**FEDERATED["federated"], "attack": None,
                                          "faults": {"fraction": 0.25, "from_round": 2, "kind": "raise"}}}

@@ -71,6 +71,7 @@ def test_fedprox_drives_the_clients_proximal_term():
     assert (named.client_proximal_mu(), inherited.client_proximal_mu(), plain.client_proximal_mu()) == (0.1, 0.02, 0.03)
 
 
+@pytest.mark.integration
 def test_every_flower_strategy_that_aggregates_arrays_is_registered():
     dp_wrappers = {name for name in flower.__all__ if name.startswith("DifferentialPrivacy")}
     expected = {name.lower() for name in set(flower.__all__) - NOT_MODEL_STRATEGIES - dp_wrappers}
@@ -95,6 +96,7 @@ def sampled_run(tmp_path_factory) -> Path:
     return folder / "run"
 
 
+@pytest.mark.integration
 def test_every_strategy_trains_exactly_the_seeds_sample_each_round(sampled_run):
     expected = [sample_clients(SamplingConfig(count=3), 4, SeedTree(SAMPLED["seed"]), r) for r in (1, 2)]
     assert expected[0] != expected[1]
@@ -107,6 +109,7 @@ def test_every_strategy_trains_exactly_the_seeds_sample_each_round(sampled_run):
         assert all(math.isfinite(r["test_accuracy"]) and math.isfinite(r["train_loss"]) for r in rounds), arm.name
 
 
+@pytest.mark.integration
 def test_only_the_sampled_clients_reply(sampled_run):
     """The per-client record of a rule that weighs clients holds exactly the sampled partitions."""
     rounds = _records(sampled_run / "baselines" / "dnc")
@@ -115,6 +118,7 @@ def test_only_the_sampled_clients_reply(sampled_run):
     assert [sorted(map(int, line["clients"])) for line in lines] == [r["clients_sampled"] for r in rounds]
 
 
+@pytest.mark.integration
 def test_a_resumed_run_samples_the_same_clients_through_its_new_nodes(tmp_path):
     """Flower gives the resumed run new node ids; it asks the clients their partitions again."""
     scenario = {**FEDERATED, "federated": {**FEDERATED["federated"], "sampling": {"count": 2}}}

@@ -77,6 +77,7 @@ def _refusal(forged: Path) -> str:
     return f"{forged}: not a checkpoint this testbed can load safely"
 
 
+@pytest.mark.integration
 def test_resuming_an_untouched_zero_checkpoint_gives_the_uninterrupted_numbers(cli, rolled_back, finished_run):
     code, _, err = cli("resume", rolled_back, "--quiet")
 
@@ -88,6 +89,7 @@ def test_resuming_an_untouched_zero_checkpoint_gives_the_uninterrupted_numbers(c
         assert keys and {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", [MODEL_STATES, OPTIMIZER_STATES], ids=["model-states", "optimizer-states"])
 def test_a_forged_deepspeed_checkpoint_is_refused_by_the_workers_and_never_unpickled(cli, rolled_back, tmp_path,
                                                                                      name):
@@ -105,6 +107,7 @@ def test_a_forged_deepspeed_checkpoint_is_refused_by_the_workers_and_never_unpic
     assert marker.exists()
 
 
+@pytest.mark.integration
 def test_resuming_a_forged_deepspeed_checkpoint_is_one_line_exit_code_2(cli, rolled_back, tmp_path):
     marker = tmp_path / "pwned"
     forged = _forge(rolled_back, MODEL_STATES, marker)

@@ -280,6 +280,7 @@ def test_outeffhop_scenarios_validate_with_their_20_variants(cli, family: str) -
     assert code == 0 and "20 variants" in out  # 4 attention variants x 5 seeds
 
 
+@pytest.mark.integration
 def test_vit_run_records_outliers_w8a8_quality_and_histograms(cli, tmp_path: Path) -> None:
     scenario = yaml.safe_load(Path("scenarios/pretrain/outeffhop-vit.yaml").read_text())
     scenario.pop("sweep")

@@ -125,6 +125,7 @@ def test_post_norm_is_refused_for_the_vit_in_one_line(cli) -> None:
     assert "norm 'post' is for the language models" in err
 
 
+@pytest.mark.integration
 def test_post_ln_masked_lm_run_records_the_bert_hook_set(cli, tmp_path: Path) -> None:
     scenario = yaml.safe_load(Path("scenarios/pretrain/outeffhop-bert-postln.yaml").read_text())
     scenario.pop("sweep")

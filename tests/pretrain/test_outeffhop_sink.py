@@ -187,6 +187,7 @@ def test_role_summaries_are_left_out_for_modules_without_layers() -> None:
     assert set(meter.summary()) == {"avg_kurtosis", "max_inf_norm"}
 
 
+@pytest.mark.integration
 def test_sink_scenario_run_records_sink_and_per_layer_outliers_over_training(cli, tmp_path: Path) -> None:
     scenario = yaml.safe_load(Path("scenarios/pretrain/outeffhop-sink.yaml").read_text())
     scenario.pop("sweep")

@@ -46,6 +46,7 @@ def library_stats(lengths: np.ndarray, capacity: int, method: str) -> dict[str, 
     return {name: stats[name] for name in NAMES}
 
 
+@pytest.mark.integration
 def test_final_metrics_are_the_packing_statistics_of_the_runs_own_method_on_its_training_set(tmp_path: Path):
     block = {**TINY_PRETRAIN["pretrain"], "packing": {"method": "concat"}, "attention_mask": "causal",
              "steps": 2, "eval_every": 2, "checkpoint_every": 2}

@@ -89,6 +89,7 @@ def local_run(tmp_path_factory) -> Path:
     return folder / "run"
 
 
+@pytest.mark.integration
 def test_local_run_leaves_corpus_metrics_checkpoints_and_a_pretraining_report(local_run: Path):
     records = _records(local_run)
     assert [r["step"] for r in records] == [2, 4, 6]
@@ -106,6 +107,7 @@ def test_local_run_leaves_corpus_metrics_checkpoints_and_a_pretraining_report(lo
         {p.name for p in (local_run / "report").iterdir()}
 
 
+@pytest.mark.integration
 @requires_chromium
 def test_pretraining_report_leads_with_the_losses_and_leaves_out_what_was_not_measured(local_run: Path):
     page = assert_readable(local_run / "report", first_screen="pretrain-loss.png", name="pretraining")
@@ -115,6 +117,7 @@ def test_pretraining_report_leads_with_the_losses_and_leaves_out_what_was_not_me
     assert "curve-heldout_loss.png" not in html and "curve-loss.png" not in html  # charted once, in Loss curves
 
 
+@pytest.mark.integration
 def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_reference_numbers(
         pretrain_scenario, tmp_path, local_run):
     # ZeRO stage 2 (optimizer states and gradients partitioned over the two ranks); the interrupt
@@ -161,6 +164,7 @@ def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_re
         timings["wall_s"] and 0 <= timings["prepare_corpus_s"] < timings["wall_s"]
 
 
+@pytest.mark.integration
 def test_a_hostfile_host_without_passwordless_ssh_is_one_line_and_leaves_no_folder(cli, pretrain_scenario, tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("no-such-host.invalid slots=2\n")

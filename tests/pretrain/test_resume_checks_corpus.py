@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.pretrain.test_pretrain_run import TINY_PRETRAIN, _testbed
 
 
+@pytest.mark.integration
 def test_resume_refuses_a_run_whose_own_corpus_file_was_altered_in_one_line(cli, tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(TINY_PRETRAIN, sort_keys=False))

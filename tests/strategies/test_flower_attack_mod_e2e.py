@@ -12,6 +12,7 @@ confident predictions score a low entropy.)
 import sys
 
 import numpy as np
+import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.clientapp import ClientApp
@@ -39,6 +40,7 @@ def train(msg: Message, context: Context) -> Message:
     return train_reply(msg, pid, torch.from_numpy(rows) + TEST, epochs=2)
 
 
+@pytest.mark.integration
 def test_an_attack_mod_and_sdea_in_a_plain_flower_app():
     # Prepare: ship this module and the one it borrows from to the Ray actors by value.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

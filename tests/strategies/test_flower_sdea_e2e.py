@@ -12,6 +12,7 @@ attackers from the honest clients (20 Adam epochs over the public set each round
 import sys
 
 import numpy as np
+import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
@@ -86,6 +87,7 @@ def _accuracy(state: dict[str, torch.Tensor]) -> float:
         return float((net(x[:TEST]).argmax(dim=1) == y[:TEST]).float().mean())
 
 
+@pytest.mark.integration
 def test_sdea_with_a_typeset_public_set_separates_lie_attackers_in_a_flower_simulation():
     # Prepare: the ServerApp runs in a thread of this process, so it can fill `out`.
     # Ship this module to the Ray actors by value, so they never need to import tests/.

@@ -163,27 +163,28 @@ def test_krum_pick_shared_by_identical_colluding_uploads_counts_as_weight_one():
     # Prepare: two attackers upload the same model (as under LIE), three honest clients agree
     from flwr.serverapp.strategy import Krum
 
-    from testbed.federated.server import client_weights
+    from testbed.federated.strategies import registered_strategies
 
     honest = [{"w": torch.full((2, 3), 1.0 + 0.01 * k), "b": torch.ones(2)} for k in range(3)]
     attacker = {"w": torch.full((2, 3), 1.015), "b": torch.ones(2)}
     replies = [_reply(s, n) for n, s in enumerate(honest + [attacker, attacker])]
     # Execute: Krum's output is the attackers' model
-    weights, flagged = client_weights(Krum(), [0, 1, 2, 3, 4], replies, ArrayRecord(attacker))
+    weights, flagged = registered_strategies()["krum"].client_weights(Krum(), [0, 1, 2, 3, 4], replies,
+                                                                    ArrayRecord(attacker), [])
     # Assert
     assert weights == [0.0, 0.0, 0.0, 0.5, 0.5] and sum(weights) == 1.0
     assert flagged == [True, True, True, False, False]
 
 
 def test_detection_is_reported_only_for_rules_that_flag_clients():
-    from testbed.federated.server import client_weights
+    from testbed.federated.strategies import registered_strategies
 
     replies = _honest_and_outlier()
     ids = [3, 0, 4, 1, 2]
-    for rule, flags in ((RFA(), False), (DnC(num_malicious_nodes=1), True)):
+    for rule_name, rule, flags in (("rfa", RFA(), False), ("dnc", DnC(num_malicious_nodes=1), True)):
         strategy = _start(rule)
         arrays, _ = strategy.aggregate_train(1, replies)
-        weights, flagged = client_weights(strategy, ids, replies, arrays)
+        weights, flagged = registered_strategies()[rule_name].client_weights(strategy, ids, replies, arrays, [])
         assert len(weights) == 5
         assert (flagged is not None) == flags
     assert flagged[ids.index(4)] and sum(flagged) == 1  # DnC flags the outlier alone

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 APP = Path(__file__).resolve().parents[2] / "scenarios" / "flower-app"
 MANAGED = ("flower-superlink", "flower-superexec", "flwr-simulation")  # Flower's runtime, kept by design
@@ -51,6 +52,7 @@ def _name(proc: psutil.Process) -> str:
         return f"pid {proc.pid} (gone)"
 
 
+@pytest.mark.integration
 def test_flwr_run_of_the_sdea_app_finishes_and_leaves_only_flowers_managed_superlink(tmp_path):
     flwr_home = tmp_path / "flwr-home"
     env = {**os.environ, "FLWR_HOME": str(flwr_home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",

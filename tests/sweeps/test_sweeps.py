@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from testbed.faults import KILL_AFTER_RECORDS
 from testbed.report.sweep import compared_metrics
 from testbed.run import RunFolder
@@ -71,6 +73,7 @@ def test_a_bad_variant_is_refused_before_anything_runs(cli, write_scenario, tmp_
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.integration
 def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_scenario, tmp_path):
     path = write_scenario(SWEEP)
     sweep_dir = tmp_path / "sweep"
@@ -100,6 +103,7 @@ def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_
 
 
 
+@pytest.mark.integration
 @requires_chromium
 def test_sweep_report_leads_with_the_comparison_and_links_every_variant_in_headless_chromium(write_scenario, tmp_path):
     sweep = {**SWEEP, "sweep": {"grid": {"seed": [1, 2], "workload.hidden": [4, 8]}, "parallel": 2}}

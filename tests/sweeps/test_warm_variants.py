@@ -15,13 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from testbed.engines.warm import WarmServerError, close_warm_servers, warm_server
 from testbed.kinds import RUNNERS, warm_modules
 from tests.conftest import TINY_SCENARIO
-
-psutil = pytest.importorskip("psutil")
 
 MARKER = """
 import os
@@ -67,6 +66,7 @@ def _wait_gone(pids: list[int]) -> list[int]:
     return [pid for pid in pids if not _gone(pid)]
 
 
+@pytest.mark.integration
 def test_children_fork_from_one_server_that_imported_their_modules_once(probe_env):
     env, log = probe_env
     server = warm_server(["warm_marker"], env)
@@ -88,6 +88,7 @@ def test_children_fork_from_one_server_that_imported_their_modules_once(probe_en
     assert _wait_gone([server.process.pid]) == []
 
 
+@pytest.mark.integration
 def test_a_child_is_signalled_and_killed_like_a_process_and_stopped_with_its_server(probe_env):
     env, _ = probe_env
     server = warm_server(["warm_marker"], env)
@@ -107,6 +108,7 @@ def test_a_child_is_signalled_and_killed_like_a_process_and_stopped_with_its_ser
         assert orphan.wait(STOPS_WITHIN_S) == 1 and "exited before it" in orphan.communicate()[1]
 
 
+@pytest.mark.integration
 def test_a_server_whose_imports_started_a_thread_refuses_to_fork(probe_env, tmp_path):
     env, _ = probe_env
     (tmp_path / "warm_thread.py").write_text("import threading, time\n"
@@ -115,6 +117,7 @@ def test_a_server_whose_imports_started_a_thread_refuses_to_fork(probe_env, tmp_
         warm_server(["warm_thread"], env).start("warm_main", ["0"])
 
 
+@pytest.mark.integration
 def test_every_kind_warm_modules_import_without_starting_a_thread():
     modules = sorted({name for kind in RUNNERS for name in warm_modules(kind)})
     code = ("import importlib, sys, threading\n"
@@ -157,6 +160,7 @@ def _final_metrics(sweep_dir: Path) -> dict[str, dict]:
         "variants"].items()}
 
 
+@pytest.mark.integration
 def test_variants_fork_from_one_warm_server_and_compute_what_fresh_processes_do(write_scenario, tmp_path):
     path = write_scenario(SWEEP)
 
@@ -182,6 +186,7 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.integration
 def test_ctrl_c_on_a_sweep_stops_its_variants_and_its_warm_server(write_scenario, tmp_path):
     long = {**SWEEP, "training": {"steps": 5000, "eval_every": 50, "checkpoint_every": 100},
             "sweep": {"grid": {"seed": [1, 2]}, "parallel": 2}}

@@ -175,6 +175,7 @@ def test_transition_matrix_of_disconnected_graph_is_refused():
         metropolis_hastings(graph)
 
 
+@pytest.mark.integration
 def test_large_sparse_walks_take_the_lanczos_path_and_match_the_dense_spectrum():
     from testbed.topologies import build_graph
     from testbed.topologies.spectral import SPARSE_SPECTRUM_FROM, eigenvalues

@@ -24,7 +24,6 @@ from testbed.workloads.aco.policy import (
     rollout,
 )
 from testbed.workloads.runner import build_workload
-from tests.workloads.helpers import resumed_and_uninterrupted
 
 SETTINGS = AcquisitionSettings(cost=0.05, neighbours=5, exhaustive_up_to=4, random_candidates=16)
 
@@ -179,15 +178,6 @@ def test_greedy_without_its_stop_spends_the_budget_on_its_best_single_features()
     observed = torch.zeros(6, dtype=torch.bool)
     first = int(torch.argmin(estimator.scores(x, observed, torch.eye(6, dtype=torch.bool))))
     assert order[0] == first
-
-
-def test_resume_continues_bit_exactly():
-    config = dict(eval_instances=20, hidden=32, num_samples=400)
-    restored, straight = resumed_and_uninterrupted(
-        lambda: build_workload(scenario(**config)), split_at=15, total=40)
-    assert restored.evaluate() == straight.evaluate()
-    for a, b in zip(restored.model.parameters(), straight.model.parameters()):
-        assert torch.equal(a, b)
 
 
 def test_aco_solves_jointly_informative_features_where_greedy_stays_at_chance():

@@ -12,7 +12,6 @@ from testbed.loading import validate_raw
 from testbed.workloads.gridcoarsen.geometry import geometry, topology
 from testbed.workloads.gridcoarsen.solver import Physics, net_outflow, rollout, transmissibility
 from testbed.workloads.runner import build_workload
-from tests.workloads.helpers import resumed_and_uninterrupted
 
 # A small problem for the trained tests: 16x16 fine points, 10x coarser grids of 25 points.
 SMALL = dict(side=16, reductions=[10], record_steps=100, parabolic_time=0.05, wave_time=1.2, lr=0.004)
@@ -113,13 +112,6 @@ def test_baseline_variants_do_not_train_and_their_ratio_is_to_the_kmeans_grid():
     ratios = [workload.loss_of(eq, 10, "random") / workload.loss_of(eq, 10, "kmeans") for eq in ("parabolic", "wave")]
     assert before["test_parabolic_ratio_x10"] == pytest.approx(ratios[0], rel=1e-9)
     assert before["test_worst_ratio"] == pytest.approx(max(ratios), rel=1e-9) and min(ratios) > 1.1
-
-
-def test_resume_continues_bit_exactly():
-    config = dict(SMALL, record_steps=30)
-    restored, straight = resumed_and_uninterrupted(
-        lambda: build_workload(scenario(**config)), split_at=2, total=5)
-    assert restored.evaluate() == straight.evaluate()
 
 
 def test_optimised_ten_times_coarser_grid_halves_the_kmeans_error_for_both_equations():

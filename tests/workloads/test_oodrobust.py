@@ -207,20 +207,6 @@ def test_small_zoo_loses_robustness_out_of_distribution_for_every_model(seed: in
     assert arrays["shift_robust"].shape == (6, 3 + 1 + 2)  # 3 corruptions x 1 severity + typeset, 2 threats
 
 
-def test_resume_continues_bit_exactly():
-    tiny = {"population": 3, "widths": [16], "epsilons": [0.1], "batch_size": 32}
-    straight = build_workload(scenario(3, **tiny))
-    straight.train(6)
-    first = build_workload(scenario(3, **tiny))
-    first.train(3)
-    resumed = build_workload(scenario(3, **tiny))
-    resumed.load_state_dict(first.state_dict())
-    resumed.train(3)
-    for a, b in zip(straight.members, resumed.members):
-        for key, value in a.model.state_dict().items():
-            assert torch.equal(value, b.model.state_dict()[key])
-
-
 @pytest.mark.parametrize("raw,field", [
     ({"population": 2}, "workload.population"),
     ({"variant": "robustbench"}, "workload.variant"),
@@ -246,6 +232,7 @@ def test_other_datasets_and_ood_outside_federated_robustness_reports_are_refused
                      "s.yaml")
 
 
+@pytest.mark.integration
 def test_federated_run_reports_ood_robustness_of_its_final_global_model(tmp_path):
     federated = {
         "name": "fed-ood", "kind": "federated", "seed": 1, "engine": {"type": "local", "num_cpus": 2},

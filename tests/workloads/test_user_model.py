@@ -84,6 +84,7 @@ def test_the_user_model_resumes_bit_exactly_and_repeats_its_numbers(user_package
     assert again.evaluate() == straight.evaluate()
 
 
+@pytest.mark.integration
 def test_a_federated_run_with_the_users_model_on_a_table_with_natural_partitions(tmp_path):
     # A fresh interpreter in the user's folder, with nothing on PYTHONPATH: the driver imports the
     # package from the working directory and hands its folder to the Ray workers it starts.
@@ -120,6 +121,7 @@ def test_a_model_built_twice_from_the_same_seed_has_the_same_weights(user_packag
     assert not all((first[k] == other[k]).all() for k in first)
 
 
+@pytest.mark.integration
 def test_a_process_started_after_the_import_finds_the_model_by_name(tmp_path, user_package):
     # Ray adds the driver's working directory to its workers' path; a model found anywhere else on the
     # driver's path (here: a folder only this process has on sys.path) reaches them through PYTHONPATH.

@@ -2,5 +2,6 @@
 
 Installing this package (``pip install examples/plugins``) registers them through its entry points:
 strategy ``clipped_mean``, attack ``constant_push``, workload ``softmax_regression``, dataset
-``text_table`` and tracker ``csv_lines``.
+``text_table``, tracker ``csv_lines``, engine ``process_pool``, partitioner ``round_robin`` and
+topology ``star``.
 """

@@ -6,14 +6,8 @@ import torch
 from pydantic import Field
 
 from testbed.config import StrictModel
-from testbed.federated.strategies import StrategyEntry, flower_round_settings
+from testbed.federated.strategies import StrategyPlugin, flower_round_settings
 from testbed.strategies import Aggregate, RobustFedAvg
-
-
-class ClippedMeanConfig(StrictModel):
-    """The keys of ``federated.strategy`` besides ``name``."""
-
-    quantile: float = Field(0.5, gt=0, le=1, description="the norm bound is this quantile of the update norms")
 
 
 class ClippedMean(RobustFedAvg):
@@ -34,11 +28,24 @@ class ClippedMean(RobustFedAvg):
         return Aggregate(weights @ updates, weights, flagged), {"clip_bound": float(bound)}
 
 
-CLIPPED_MEAN = StrategyEntry(
-    ClippedMeanConfig,
-    # flower_round_settings: train exactly the round's clients (all, or the sample), evaluate on the server
-    lambda config, setup, f: ClippedMean(quantile=config.quantile, **flower_round_settings(setup)),
-    "example plugin: clip updates to a quantile of their norms, then average",
-    min_clients=lambda f: 2 * f + 1,  # the median norm is an honest client's while f < n / 2
-    cost="O(n d) time (norms, one weighted sum), O(n d) memory (every upload held)",
-)
+class ClippedMeanStrategy(StrategyPlugin):
+    """The declaration the entry point names: everything the testbed reads about the strategy."""
+
+    name = "clipped_mean"
+    summary = "example plugin: clip updates to a quantile of their norms, then average"
+    cost = "O(n d) time (norms, one weighted sum), O(n d) memory (every upload held)"
+    cost_class = "linear"
+
+    class Config(StrictModel):
+        """The keys of ``federated.strategy`` besides ``name``."""
+
+        quantile: float = Field(0.5, gt=0, le=1, description="the norm bound is this quantile of the update norms")
+
+    @classmethod
+    def build(cls, config, setup, f):
+        # flower_round_settings: train exactly the round's clients (all, or the sample), evaluate on the server
+        return ClippedMean(quantile=config.quantile, **flower_round_settings(setup))
+
+    @classmethod
+    def min_clients(cls, f):
+        return 2 * f + 1  # the median norm is an honest client's while f < n / 2

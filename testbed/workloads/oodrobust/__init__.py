@@ -4,8 +4,8 @@ distribution and under dataset and threat shifts, and its linear trend across a 
 ``config`` holds the typed configs, torch-free: `OodConfig` (the benchmark of one model, also the
 scenario's ``report.ood`` block) and the workload's `OODRobustConfig` with its check.
 ``benchmark.evaluate_ood(model, dataset, config)`` benchmarks any image classifier, with the
-``attacks`` and ``shifts`` it applies; ``federated.audit_global_model`` is its use on a federated
-run's final global model. ``population`` and ``population_eval`` train and benchmark the zoo of
+``attacks`` and ``shifts`` it applies; ``audit.OodAudit`` offers it as an audit of another kind's
+final model (a federated run's global model). ``population`` and ``population_eval`` train and benchmark the zoo of
 digit classifiers, ``fit`` fits OOD on ID robustness (effective robustness), ``typeset`` draws the
 typeset-digits shift, ``report`` holds the report sections and ``workload`` the `OODRobustWorkload`.
 """

@@ -1,0 +1,21 @@
+"""``fedmedian``: Flower's coordinate-wise median of the uploads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flwr.serverapp import strategy as flower
+
+from testbed.federated.strategies.base import StrategyPlugin, flower_round_settings
+
+
+class FedMedian(StrategyPlugin):
+    """The coordinate-wise median (Yin et al. 2018)."""
+
+    name = "fedmedian"
+    summary = "Flower's coordinate-wise median"
+    cost = "O(n d) time (np.median partitions each coordinate), O(n d) memory"
+
+    @classmethod
+    def build(cls, config: Any, setup: Any, f: int) -> flower.Strategy:
+        return flower.FedMedian(**flower_round_settings(setup))
