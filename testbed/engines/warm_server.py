@@ -132,6 +132,8 @@ def _become_child(server: int, out: int, err: int, original_sigint: Any, death_s
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()  # a fresh process seeds it from the OS
+    # Last, with the child's own stderr in place: a SIGINT sent since the fork arrives now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def run_request(request: dict[str, Any]) -> NoReturn:
@@ -181,6 +183,10 @@ if __name__ == "__main__":
     # Ctrl-C on a terminal reaches every process of the group: the server ignores it (its client
     # passes it on to the children it wants stopped), and gives its children SIGINT as it found it.
     sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Blocked as well as ignored: a SIGINT sent to a child between its fork and `_become_child` then
+    # stays pending until the child has its own handler back, instead of being dropped (Linux queues
+    # a blocked signal even while it is ignored); a forked child's pending set starts empty.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     child_request = serve(int(sys.argv[1]), sys.argv[2:], sigint)
     if child_request is not None:
         run_request(child_request)
