@@ -1,4 +1,4 @@
-"""Workloads, strategies and attacks from installed packages, declared through entry points.
+"""The one loader of every component registry: the built-ins, then installed packages through entry points.
 
 A package extends the testbed by declaring entries in its ``pyproject.toml``::
 
