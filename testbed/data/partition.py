@@ -35,6 +35,7 @@ Usage::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
@@ -56,7 +57,7 @@ class PartitionError(ScenarioError, ValueError):
     ValueError for callers that treat it as a bad argument."""
 
 
-class Partitioner(StrictModel):
+class Partitioner(StrictModel, ABC):
     """A partition scheme: its settings (the ``data.partition`` block) and how it splits."""
 
     type: str
@@ -67,10 +68,10 @@ class Partitioner(StrictModel):
         super().__pydantic_init_subclass__(**kwargs)
         cls.name = literal_name(cls)
 
+    @abstractmethod
     def split(self, labels: np.ndarray, num_clients: int, rng: np.random.Generator,
               groups: np.ndarray | None) -> list[np.ndarray]:
         """One sorted int64 index array per client (``groups``: each sample's owner, or None)."""
-        raise NotImplementedError(f"partition '{self.type}' does not say how it splits")
 
 
 class IidPartition(Partitioner):

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -220,7 +221,9 @@ def test_check_lists_each_result_file_current_or_stale_and_runs_nothing(cli, tmp
     assert not (tmp_path / "runs").exists()  # without --sample nothing runs
 
 
-def test_a_result_file_without_fingerprints_is_stale_in_every_record(tmp_path):
+def _fingerprintless_gridcoarsen(tmp_path: Path) -> tuple[Any, dict[str, dict], Path]:
+    """The test size's gridcoarsen variants, their published numbers written to a test-size result file
+    under ``tmp_path`` without fingerprints (as every file written before fingerprints existed)."""
     import testbed.claims.reproduce as reproduce
 
     item = reproduce.load(ROOT, "workloads/gridcoarsen.yaml", "test")
@@ -229,6 +232,13 @@ def test_a_result_file_without_fingerprints_is_stale_in_every_record(tmp_path):
                for slug, raw in item.variants.items()}
     result_file = tmp_path / "results" / "workloads" / "gridcoarsen.json"
     results.write_results(result_file, "scenarios/workloads/gridcoarsen.yaml", records)
+    return item, records, result_file
+
+
+def test_a_result_file_without_fingerprints_is_stale_in_every_record(tmp_path):
+    import testbed.claims.reproduce as reproduce
+
+    _, _, result_file = _fingerprintless_gridcoarsen(tmp_path)
 
     (line,) = reproduce.check_results(ROOT, ["gridcoarsen"], "test", tmp_path, None, quiet=True)
 
@@ -242,12 +252,7 @@ def test_check_verifies_a_stale_file_and_then_lists_it_current(tmp_path, monkeyp
     import testbed.claims.reproduce as reproduce
     import testbed.sweep
 
-    item = reproduce.load(ROOT, "workloads/gridcoarsen.yaml", "test")
-    published = results.read_results(ROOT / "docs" / "reproduction" / "results" / "workloads" / "gridcoarsen.json")
-    records = {slug: {**published[slug], "config": results.variant_hash(raw), "fingerprint": None}
-               for slug, raw in item.variants.items()}
-    result_file = tmp_path / "results" / "workloads" / "gridcoarsen.json"
-    results.write_results(result_file, "scenarios/workloads/gridcoarsen.yaml", records)
+    item, records, result_file = _fingerprintless_gridcoarsen(tmp_path)
     at_head = fingerprint_at_head(run_fingerprint())
     ran: list[set[str]] = []
     monkeypatch.setattr(testbed.sweep, "run_sweep", lambda *args, only, **kwargs: ran.append(only))
