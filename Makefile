@@ -32,8 +32,10 @@ lint: $(STAMP)
 check: lint
 	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q -m "unit and not slow" -n 2
 
+# Two workers, as CI has two cores: the tests sharing a wide fixture (or the cluster) share a worker
+# (tests/conftest.py, _xdist_group); the others go to whichever worker is free.
 test: lint
-	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q
+	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

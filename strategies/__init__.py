@@ -6,7 +6,8 @@ Layout:
 
 * :mod:`testbed.strategies.robust` -- pure aggregation rules on a ``[n_clients, dim]``
   update matrix (``mean``, ``dnc``, ``rfa``, ``fltrust``).
-* :mod:`testbed.strategies.attacks` -- data and model attacks, registry ``ATTACKS``
+* :mod:`testbed.strategies.attacks` -- data and model attacks, each declared with
+  ``@attack(kind)`` (:mod:`testbed.strategies.attack_base`), registry ``ATTACKS`` derived
   (omniscient LIE / Min-Max / Min-Sum live in :mod:`testbed.strategies.omniscient`).
 * :mod:`testbed.strategies.sdea` -- SDEA's learned weights (``sdea_weights``) and
   :mod:`testbed.strategies.finch` -- the FINCH clustering it uses.
@@ -20,6 +21,7 @@ Layout:
   mod), ``poisoned_data`` (its data hook) and ``ServerSideAttackStrategy`` (the omniscient ones).
 """
 
+from .attack_base import attack
 from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
 from .base import RobustFedAvg, ServerSideAttack
 from .flower import RFA, SDEA, DnC, FLTrust
@@ -31,6 +33,7 @@ __all__ = [
     "ATTACKS",
     "Aggregate",
     "Attack",
+    "attack",
     "DnC",
     "FLTrust",
     "RFA",

@@ -1,6 +1,8 @@
 """Byzantine client behaviours: data poisoning and model poisoning, in one registry.
 
-``ATTACKS`` maps a name to an :class:`Attack`. Two kinds exist:
+Each attack is declared where its function is written (`attack_base.attack`); ``ATTACKS`` maps
+every declared name to its :class:`Attack`, gathered from this module and the ones it imports.
+Three kinds exist:
 
 * ``kind="data"``: ``fn(labels, num_classes, generator, **params) -> labels``,
   applied to a malicious client's training labels before local training.
@@ -27,30 +29,20 @@ and which therefore expect full parameter vectors (see
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
 
 import torch
 from torch import Generator, Tensor
 
-from .backdoor import badnets, model_replacement
-from .omniscient import lie, min_max, min_sum
+from . import (
+    backdoor,
+    marsfl,  # noqa: F401  (its import declares the MarsFL variants on the omniscient attacks)
+    omniscient,
+)
+from .attack_base import Attack, attack
 from .vectors import flatten_state
-
-
-@dataclass(frozen=True)
-class Attack:
-    """A registered attack: its ``kind`` ("data"/"model"/"backdoor"), function, whether it is
-    omniscient, whether its upload is boosted (model replacement), and whether a model attack
-    writes whole models (``full_model``: ``fn`` gets the states and ``init``, the round-0 model)
-    rather than updates."""
-
-    kind: str
-    fn: Callable[..., Any]  # data and model attacks return a Tensor, backdoor attacks (x, y)
-    omniscient: bool = False
-    boosted: bool = False
-    full_model: bool = False
 
 
 def _check_rate(rate: float) -> None:
@@ -66,6 +58,7 @@ def _check_labels(labels: Tensor, num_classes: int) -> None:
         raise ValueError(f"labels: must lie in [0, {num_classes}), got range [{lo}, {hi}]")
 
 
+@attack("data")
 def pair_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: float = 0.5) -> Tensor:
     """Pair flipping: each label ``c`` becomes ``(c + 1) mod C`` with probability ``rate``."""
     _check_rate(rate)
@@ -74,6 +67,7 @@ def pair_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: f
     return torch.where(flip, (labels + 1) % num_classes, labels)
 
 
+@attack("data")
 def sym_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: float = 0.5) -> Tensor:
     """Symmetric flipping: with probability ``rate`` a label moves to a uniformly drawn *other* class."""
     _check_rate(rate)
@@ -84,6 +78,7 @@ def sym_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: fl
     return torch.where(flip, (labels + offset) % num_classes, labels)
 
 
+@attack("model")
 def sign_flip(
     malicious: Tensor, benign: Tensor, generator: Generator | None = None, *, scale: float = 1.0
 ) -> Tensor:
@@ -93,6 +88,7 @@ def sign_flip(
     return -scale * malicious
 
 
+@attack("model")
 def gaussian(
     malicious: Tensor,
     benign: Tensor,
@@ -117,6 +113,7 @@ def _check_init(malicious: Tensor, init: Tensor | None) -> Tensor:
     return init
 
 
+@attack("model", name="random_noise", full_model=True)  # SDEA's "RanN"
 def random_model(
     malicious: Tensor, benign: Tensor, generator: Generator | None = None, *, init: Tensor | None = None
 ) -> Tensor:
@@ -127,6 +124,7 @@ def random_model(
     return _check_init(malicious, init).expand(malicious.shape[0], -1).clone()
 
 
+@attack("model", full_model=True)
 def add_noise(
     malicious: Tensor,
     benign: Tensor,
@@ -151,19 +149,12 @@ def random_model_vector(model_fn: Callable[[], torch.nn.Module], seed: int) -> T
         return flatten_state(model_fn().state_dict())
 
 
-ATTACKS: dict[str, Attack] = {
-    "pair_flip": Attack("data", pair_flip),
-    "sym_flip": Attack("data", sym_flip),
-    "random_noise": Attack("model", random_model, full_model=True),  # SDEA's "RanN"
-    "add_noise": Attack("model", add_noise, full_model=True),
-    "sign_flip": Attack("model", sign_flip),
-    "gaussian": Attack("model", gaussian),
-    "lie": Attack("model", lie, omniscient=True),
-    "min_max": Attack("model", min_max, omniscient=True),
-    "min_sum": Attack("model", min_sum, omniscient=True),
-    "badnets": Attack("backdoor", badnets),
-    "model_replacement": Attack("backdoor", model_replacement, boosted=True),
-}
+def _declared(*modules: ModuleType) -> dict[str, Attack]:
+    """Every attack the modules declare, by name."""
+    return {obj.name: obj for module in modules for obj in vars(module).values() if isinstance(obj, Attack)}
+
+
+ATTACKS: dict[str, Attack] = _declared(sys.modules[__name__], omniscient, backdoor)
 
 
 def get_attack(name: str, kind: str | None = None) -> Attack:
@@ -178,14 +169,14 @@ def poison_labels(
     name: str, labels: Tensor, num_classes: int, generator: Generator, **params: float
 ) -> Tensor:
     """Apply the data attack ``name`` to ``labels``."""
-    return get_attack(name, "data").fn(labels, num_classes, generator, **params)
+    return get_attack(name, "data")(labels, num_classes, generator, **params)
 
 
 def poison_data(
     name: str, x: Tensor, y: Tensor, num_classes: int, generator: Generator, **params: float
 ) -> tuple[Tensor, Tensor]:
     """Apply the backdoor attack ``name`` to a client's inputs ``x`` and labels ``y``."""
-    return get_attack(name, "backdoor").fn(x, y, num_classes, generator, **params)
+    return get_attack(name, "backdoor")(x, y, num_classes, generator, **params)
 
 
 def poison_updates(
@@ -205,5 +196,5 @@ def poison_updates(
         raise ValueError(f"malicious_mask: has {mask.numel()} entries, updates have {updates.shape[0]} rows")
     out = updates.clone()
     if bool(mask.any()):
-        out[mask] = attack.fn(updates[mask], updates[~mask], generator, **params).to(updates.dtype)
+        out[mask] = attack(updates[mask], updates[~mask], generator, **params).to(updates.dtype)
     return out

@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Generator, Tensor
 
+from .attack_base import attack
+
 # The largest trigger value in size. Images are scaled to [0, 1] and tables standardised (z-scores
 # of a few units), so a trigger of a few units is already conspicuous; 1000 leaves wide room and
 # keeps the poisoned inputs (and the first layer's outputs) far from float32's overflow (3.4e38).
@@ -57,6 +59,7 @@ def stamp_trigger(x: Tensor, *, patch_size: int = 2, value: float = 1.0) -> Tens
     return out
 
 
+@attack("backdoor")
 def badnets(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, target: int = 0,
             poison_fraction: float = 0.5, patch_size: int = 2, value: float = 1.0) -> tuple[Tensor, Tensor]:
     """BadNets (Gu et al. 2017): a ``poison_fraction`` share of the samples triggered and relabelled ``target``.
@@ -75,6 +78,7 @@ def badnets(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, tar
 MAX_BOOST = 1e6
 
 
+@attack("backdoor", boosted=True)
 def model_replacement(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, target: int = 0,
                       poison_fraction: float = 0.5, patch_size: int = 2, value: float = 1.0,
                       boost: float | None = None) -> tuple[Tensor, Tensor]:

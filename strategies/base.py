@@ -38,9 +38,6 @@ from .attacks import get_attack, poison_updates
 from .robust import Aggregate
 from .vectors import flatten_state, stack_states, unflatten_state
 
-# Attacks whose parameters are full model vectors rather than updates.
-_FULL_VECTOR_ATTACKS = frozenset({"random_noise", "add_noise"})
-
 
 @dataclass(frozen=True)
 class ServerSideAttack:
@@ -126,7 +123,7 @@ class RobustFedAvg(FedAvg):
             return updates
         mask = torch.tensor([cid in set(self.attack.malicious_ids) for cid in ids])
         gen = torch.Generator().manual_seed(self.attack.seed * 1_000_003 + server_round)
-        if self.attack.name in _FULL_VECTOR_ATTACKS:
+        if get_attack(self.attack.name, "model").full_model:
             full = poison_updates(self.attack.name, updates + global_vec, mask, gen, **self.attack.params)
             return full - global_vec
         return poison_updates(self.attack.name, updates, mask, gen, **self.attack.params)

@@ -44,7 +44,11 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from . import omniscient
+from .attack_base import variant
 from .omniscient import _benign_stats, _max_distance, _optimised, _sum_sq_distance
+
+THREAT_MODEL = "marsfl"
 
 
 def lie_z(num_online: int, num_malicious: int) -> float:
@@ -55,6 +59,7 @@ def lie_z(num_online: int, num_malicious: int) -> float:
     return math.exp(-(s**2)) / (2 / math.sqrt(2 * math.pi))
 
 
+@variant(of=omniscient.lie, threat_model=THREAT_MODEL)
 def lie(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -93,6 +98,7 @@ def _search(feasible: Callable[[float], bool], gamma_init: float, tol: float) ->
     return best
 
 
+@variant(of=omniscient.min_max, threat_model=THREAT_MODEL)
 def min_max(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -106,6 +112,7 @@ def min_max(
     return _optimised(malicious, benign, _max_distance, direction, gamma_init, tol, pick=max, search=_search)
 
 
+@variant(of=omniscient.min_sum, threat_model=THREAT_MODEL)
 def min_sum(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -117,9 +124,6 @@ def min_sum(
 ) -> torch.Tensor:
     """MarsFL's Min-Sum: ``sum_i ||mal - b_i||^2 <= min_i sum_j ||b_i - b_j||^2`` (the smallest benign score)."""
     return _optimised(malicious, benign, _sum_sq_distance, direction, gamma_init, tol, pick=min, search=_search)
-
-
-MARSFL_ATTACKS: dict[str, Callable[..., torch.Tensor]] = {"lie": lie, "min_max": min_max, "min_sum": min_sum}
 
 
 def parameter_mask(state: Mapping[str, torch.Tensor], parameter_names: set[str]) -> torch.Tensor:
@@ -137,7 +141,7 @@ def write_into_parameters(crafted: torch.Tensor, honest: torch.Tensor, is_parame
 
 
 def poison_states(
-    name: str,
+    craft: Callable[..., torch.Tensor],
     states: torch.Tensor,
     global_vector: torch.Tensor,
     malicious_mask: torch.Tensor,
@@ -145,16 +149,15 @@ def poison_states(
     generator: torch.Generator | None = None,
     **params,
 ) -> torch.Tensor:
-    """``states`` (full flat states ``[n, dim]``) with the malicious rows replaced by MarsFL's attack
-    ``name``: crafted from the benign rows' updates ``states - global_vector``, written as parameters."""
-    if name not in MARSFL_ATTACKS:
-        raise ValueError(f"name: MarsFL differs only in {sorted(MARSFL_ATTACKS)}, got {name!r}")
+    """``states`` (full flat states ``[n, dim]``) with the malicious rows replaced by ``craft`` (an
+    attack's variant under this threat model, e.g. ``ATTACKS["lie"].variants["marsfl"]``): crafted
+    from the benign rows' updates ``states - global_vector``, written as parameters."""
     mask = torch.as_tensor(malicious_mask, dtype=torch.bool).reshape(-1)
     if mask.numel() != states.shape[0]:
         raise ValueError(f"malicious_mask: has {mask.numel()} entries, states have {states.shape[0]} rows")
     out = states.clone()
     if bool(mask.any()):
         updates = states - global_vector
-        crafted = MARSFL_ATTACKS[name](updates[mask], updates[~mask], generator, **params)
+        crafted = craft(updates[mask], updates[~mask], generator, **params)
         out[mask] = write_into_parameters(crafted, states[mask], is_parameter)
     return out

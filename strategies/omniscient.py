@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from .attack_base import attack
+
 DIRECTIONS = ("unit", "std", "sign")
 
 
@@ -46,6 +48,7 @@ def lie_z(num_clients: int, num_malicious: int) -> float:
     return float(torch.special.ndtri(torch.tensor(quantile, dtype=torch.float64)))
 
 
+@attack("model", omniscient=True)
 def lie(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -130,6 +133,7 @@ def _optimised(
     return (mu - gamma * dev).expand(malicious.shape[0], -1).clone()
 
 
+@attack("model", omniscient=True)
 def min_max(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -143,6 +147,7 @@ def min_max(
     return _optimised(malicious, benign, _max_distance, direction, gamma_init, tol)
 
 
+@attack("model", omniscient=True)
 def min_sum(
     malicious: torch.Tensor,
     benign: torch.Tensor,

@@ -9,7 +9,7 @@ A package extends the testbed by declaring entries in its ``pyproject.toml``::
     my_rule = "my_package.rules:MyRule"              # a testbed.federated.strategies.StrategyPlugin named "my_rule"
 
     [project.entry-points."testbed.attacks"]
-    my_attack = "my_package.attacks:MY_ATTACK"       # a strategies.Attack
+    my_attack = "my_package.attacks:my_attack"       # a function declared @testbed.strategies.attack(kind)
 
     [project.entry-points."testbed.trackers"]
     my_tracker = "my_package.tracking:MyTracker"     # a testbed.trackers.base.Tracker subclass named "my_tracker"
@@ -94,9 +94,9 @@ def admit(registry: dict[str, Any], name: str, obj: Any, expected: type, where: 
     if not fits:
         kind = f"a subclass of {expected.__name__}" if as_class else f"a {expected.__name__}"
         raise UserError(f"{where}: {shown} is not {kind}")
-    # A class calls itself by its ``name`` (none: the entry's), a function by its own name; an
-    # instance (a strategy entry, an attack) is named by its entry alone.
-    called = getattr(obj, "name", name) if as_class else obj.__name__ if isinstance(obj, FunctionType) else name
+    # A class or an instance (an attack) calls itself by its ``name`` (none: the entry's), a function
+    # by its own name.
+    called = obj.__name__ if isinstance(obj, FunctionType) else getattr(obj, "name", name)
     if called != name:
         raise UserError(f"{where}: the entry is named '{name}' but {shown} calls itself '{called}'")
     registry[name] = obj

@@ -134,16 +134,44 @@ def _tier(item: pytest.Item) -> str:
     return "unit"
 
 
+# Fixtures whose processes are machine-wide (a `ray start` head on its default port, an emulated
+# multi-node cluster): the tests using them run on one pytest-xdist worker, one at a time.
+MACHINE_WIDE_FIXTURES = frozenset({"emulated_cluster", "three_node_cluster"})
+# Wide fixtures every test uses and each worker may have its own of (a temporary cache folder).
+PER_WORKER_FIXTURES = frozenset({"own_cache_folder"})
+
+
+def _xdist_group(item: pytest.Item, tier: str) -> str | None:
+    """The worker group of a test under ``--dist loadgroup``: the cluster tier and users of a
+    machine-wide fixture share one worker; a test using a module- or session-scoped fixture of the
+    suite runs beside the other users of that fixture (so it starts once, not once per worker);
+    every other test goes to whichever worker is free."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if tier == "cluster" or MACHINE_WIDE_FIXTURES & fixtures:
+        return "cluster"
+    info = getattr(item, "_fixtureinfo", None)
+    shared = []
+    for name, definitions in (info.name2fixturedefs.items() if info else ()):
+        definition = definitions[-1]
+        # pytest's own wide fixtures (tmp_path_factory, ...) cost nothing; the suite's own do.
+        if (definition.scope in ("module", "package", "session") and definition.baseid
+                and name not in PER_WORKER_FIXTURES):
+            shared.append((definition.scope == "session", name, definition.baseid))
+    if not shared:
+        return None
+    session, name, where = max(shared)
+    return f"session:{name}" if session else f"module:{where}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     spread = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tier = _tier(item)
         if not item.get_closest_marker(tier):
             item.add_marker(tier)
-        if spread and tier != "unit":
-            # Under pytest-xdist's --dist loadgroup the tests that start Ray or processes share one worker:
-            # each wants several CPUs and ~450 MB per Ray worker, and two at once on 2 cores slow each other.
-            item.add_marker(pytest.mark.xdist_group("processes"))
+        group = _xdist_group(item, tier) if spread else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _refuse(what: str, seen: list[str]):

@@ -17,11 +17,14 @@ zero except for the canaries node ``source`` inserts; the noise covers the whole
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from testbed.decentralized.phase import Phase
 from testbed.decentralized.problem import Problem, batch_mask, noise
+from testbed.seeding import Stream, stream
 
 
 def _updates(problem: Problem, phase: Phase, params: torch.Tensor, nodes, counters) -> torch.Tensor:
@@ -39,18 +42,36 @@ def _updates(problem: Problem, phase: Phase, params: torch.Tensor, nodes, counte
     return updates
 
 
-def release_noise(problem: Problem, stream: str, *keys: int) -> torch.Tensor:
+@dataclass(frozen=True)
+class ReleaseNoise:
+    """The two keyed streams of one kind of release: its model part and its audit block."""
+
+    model: Stream
+    audit: Stream
+
+
+WALK_NOISE = ReleaseNoise(stream("walk.noise", "the walk holder's release noise at a step (model part), keyed by step"),
+                          stream("walk.noise.audit", "the walk holder's release noise at a step (audit block)"))
+GOSSIP_NOISE = ReleaseNoise(
+    stream("gossip.noise", "a node's gossip release noise (model part), keyed by (node, iteration)"),
+    stream("gossip.noise.audit", "a node's gossip release noise (audit block), keyed by (node, iteration)"))
+LOCAL_DP_NOISE = ReleaseNoise(
+    stream("local_dp.noise", "a node's local-DP public release noise (model part), keyed by (node, iteration)"),
+    stream("local_dp.noise.audit", "a node's local-DP public release noise (audit block), keyed by (node, iteration)"))
+
+
+def release_noise(problem: Problem, streams: ReleaseNoise, *keys: int) -> torch.Tensor:
     """The standard normal vector [D] of one release: the model part and the audit block come from
     separate keyed streams, so adding canaries leaves the model's noise (and training) unchanged."""
     assert problem.spec is not None  # a training problem (built with data)
     size, canaries = problem.spec.num_params, problem.config.audit.canaries
-    model = noise(problem.seed, stream, size, *keys)
-    return torch.cat([model, noise(problem.seed, f"{stream}.audit", canaries, *keys)]) if canaries else model
+    model = noise(problem.seed, streams.model, size, *keys)
+    return torch.cat([model, noise(problem.seed, streams.audit, canaries, *keys)]) if canaries else model
 
 
-def _noises(problem: Problem, stream: str, nodes, step: int) -> torch.Tensor:
+def _noises(problem: Problem, streams: ReleaseNoise, nodes, step: int) -> torch.Tensor:
     """One keyed standard normal vector per node for this step, [b, D]."""
-    return torch.stack([release_noise(problem, stream, node, step) for node in nodes])
+    return torch.stack([release_noise(problem, streams, node, step) for node in nodes])
 
 
 def walk_visit(problem: Problem, phase: Phase, token: torch.Tensor, step: int,
@@ -64,14 +85,14 @@ def walk_visit(problem: Problem, phase: Phase, token: torch.Tensor, step: int,
         update = _updates(problem, phase, token[None], [node], [contributions])[0]
     else:
         update = torch.zeros(problem.dimension)
-    update += phase.noise_scale * release_noise(problem, "walk.noise", step)
+    update += phase.noise_scale * release_noise(problem, WALK_NOISE, step)
     return token - phase.args.lr * update, contributes
 
 
 def gossip_local_update(problem: Problem, phase: Phase, params: torch.Tensor, nodes, iteration: int) -> torch.Tensor:
     """The noisy local step of ``nodes`` (rows of ``params``) at ``iteration``: Y_0 rows."""
     updates = _updates(problem, phase, params, nodes, [iteration] * len(nodes))
-    updates += phase.noise_scale * _noises(problem, "gossip.noise", nodes, iteration)
+    updates += phase.noise_scale * _noises(problem, GOSSIP_NOISE, nodes, iteration)
     return params - phase.args.lr * updates
 
 
@@ -91,7 +112,7 @@ def local_dp_releases(problem: Problem, phase: Phase, params: torch.Tensor, node
     N(0, (sigma C)^2 I), [b, D]."""
     shared = params.expand(len(nodes), -1)
     updates = _updates(problem, phase, shared, nodes, [iteration] * len(nodes))
-    return updates + phase.noise_scale * _noises(problem, "local_dp.noise", nodes, iteration)
+    return updates + phase.noise_scale * _noises(problem, LOCAL_DP_NOISE, nodes, iteration)
 
 
 def local_dp_apply(params: torch.Tensor, releases: torch.Tensor, lr: float) -> torch.Tensor:

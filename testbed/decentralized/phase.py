@@ -17,7 +17,10 @@ import torch
 
 from testbed.decentralized.config import DecentralizedConfig
 from testbed.decentralized.problem import Problem, keyed_generator
+from testbed.seeding import stream
 from testbed.topologies import spectral_gap
+
+INCLUSION = stream("audit.inclusion", "which canaries the one-run audit includes (each with probability 1/2)")
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,6 @@ def build_phase(problem: Problem, args: PhaseArgs) -> Phase:
     config, walk = problem.config, problem.walk
     cap, rounds, gamma = structure(config, walk, args.planned)
     canaries = config.audit.canaries
-    inclusion = (torch.rand(canaries, generator=keyed_generator(problem.seed, "audit.inclusion")) < 0.5).float()
+    inclusion = (torch.rand(canaries, generator=keyed_generator(problem.seed, INCLUSION)) < 0.5).float()
     path = walk_path(walk, problem.seed, args.planned) if args.algorithm == "random_walk" else None
     return Phase(args, config.clip, config.batch_size, cap, rounds, gamma, config.audit.source, inclusion, path)

@@ -7,7 +7,8 @@ nodes is one ``[b, m, F]`` tensor (`NodeData.block`).
 
 Random numbers that must agree across engines are *keyed*, not streamed: the noise a node adds at
 a step is drawn from a generator seeded by (root seed, stream, node, step) (`keyed_generator`), so
-it does not depend on which process computes it or in which order.
+it does not depend on which process computes it or in which order. Each keyed stream is declared
+(`testbed.seeding.stream`) like a tree's, so its name is used for one purpose only.
 """
 
 from __future__ import annotations
@@ -24,22 +25,23 @@ from testbed.data.streams import PARTITION, SPLIT
 from testbed.decentralized.config import MAX_EDGES, MAX_NODES, DecentralizedConfig
 from testbed.decentralized.graphs import registered_topologies
 from testbed.decentralized.models import FlatModel, ModelSpec
-from testbed.seeding import SeedTree, stream
+from testbed.seeding import SeedTree, Stream, stream
 from testbed.topologies import graph_from_spec, metropolis_hastings
 
 
-def keyed_generator(root: int, stream: str, *keys: int) -> torch.Generator:
-    """A torch Generator determined by (root, stream, keys) alone (numpy SeedSequence hashing)."""
-    entropy = [int(root), zlib.crc32(stream.encode()), *(int(k) for k in keys)]
+def keyed_generator(root: int, keyed: Stream, *keys: int) -> torch.Generator:
+    """A torch Generator determined by (root, the stream's path, keys) alone (numpy SeedSequence hashing)."""
+    entropy = [int(root), zlib.crc32(keyed.path.encode()), *(int(k) for k in keys)]
     seed = int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] & 0x7FFF_FFFF_FFFF_FFFF)
     return torch.Generator().manual_seed(seed)
 
 
-def noise(root: int, stream: str, size: int, *keys: int) -> torch.Tensor:
+def noise(root: int, keyed: Stream, size: int, *keys: int) -> torch.Tensor:
     """Standard normal vector of ``size`` for the key (stream, keys)."""
-    return torch.randn(size, generator=keyed_generator(root, stream, *keys))
+    return torch.randn(size, generator=keyed_generator(root, keyed, *keys))
 
 
+BATCH = stream("batch", "a node's minibatch, keyed by (node, the node's step count)")
 TOPOLOGY = stream("topology", "the random choices of a graph's builder (random regular, Erdos-Renyi, ...)")
 
 
@@ -147,6 +149,6 @@ def batch_mask(data: NodeData, batch_size: int | None, root: int, counters) -> t
     mask = torch.zeros_like(data.mask)
     for row, (node, counter) in enumerate(zip(data.nodes, counters)):
         count = int(data.mask[row].sum())
-        chosen = torch.randperm(count, generator=keyed_generator(root, "batch", node, counter))[:batch_size]
+        chosen = torch.randperm(count, generator=keyed_generator(root, BATCH, node, counter))[:batch_size]
         mask[row, chosen] = 1.0
     return mask

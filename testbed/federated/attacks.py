@@ -16,14 +16,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PydanticSchemaGenerationError, TypeAdapter, create_model
 
 from testbed.config import StrictModel
-from testbed.plugins import load_entry_points
+from testbed.plugins import declare
 from testbed.strategies.attacks import ATTACKS, Attack
 
 
 @cache
 def registered_attacks() -> dict[str, Attack]:
     """Every attack by name: the built-in ones, then those installed packages declare."""
-    load_entry_points("testbed.attacks", ATTACKS, Attack)
+    registry = declare("testbed.attacks", list(ATTACKS.values()), Attack, as_class=False)
+    # The library's own functions (`poison_updates`, `get_attack`) look attacks up in ATTACKS: the
+    # plugins join it there, so a plugin attack runs through them like a built-in one.
+    ATTACKS.update(registry)
     return ATTACKS
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import islice
@@ -44,7 +44,7 @@ from testbed.federated.staging import StagedUploads
 from testbed.federated.strategies import StrategyPlugin, answering
 from testbed.runner import RunContext
 from testbed.strategies import poison_updates
-from testbed.strategies.marsfl import MARSFL_ATTACKS, parameter_mask, poison_states
+from testbed.strategies.marsfl import parameter_mask, poison_states
 from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
@@ -316,10 +316,11 @@ class RoundLoop:
                               for r in replies])
         generator = self.setup.seeds.torch(f"attack.round.{server_round}")
         params = dict(attack.params)
-        if attack.threat_model == "marsfl" and attack.name in MARSFL_ATTACKS:
+        craft = registered_attacks()[attack.name].variants.get(attack.threat_model)  # marsfl's LIE, Min-Max, Min-Sum
+        if craft is not None:
             asked = range(self.setup.num_clients) if sample is None else sample
             benign = sum(client not in self.setup.malicious for client in asked)
-            poisoned = self._marsfl_uploads(attack.name, states, global_vector, mask, generator, params, benign)
+            poisoned = self._marsfl_uploads(attack.name, craft, states, global_vector, mask, generator, params, benign)
         elif registered_attacks()[attack.name].full_model:
             # The untrained network is the round-0 global model, sent every round (SDEA's code sends a
             # copy of its initial network). In round 1 that is a zero update.
@@ -332,8 +333,9 @@ class RoundLoop:
                 reply.content["arrays"] = ArrayRecord(unflatten_state(poisoned[row], template))
         return False
 
-    def _marsfl_uploads(self, name: str, states: torch.Tensor, global_vector: torch.Tensor, mask: torch.Tensor,
-                        generator: torch.Generator, params: dict[str, Any], benign: int) -> torch.Tensor:
+    def _marsfl_uploads(self, name: str, craft: Callable[..., torch.Tensor], states: torch.Tensor,
+                        global_vector: torch.Tensor, mask: torch.Tensor, generator: torch.Generator,
+                        params: dict[str, Any], benign: int) -> torch.Tensor:
         """Threat model ``marsfl`` (`testbed.strategies.marsfl`): the crafted update written as the
         malicious models' parameters, their buffers kept. LIE counts as MarsFL does: ``n`` the clients
         that replied, ``m`` = ``n`` minus the benign clients the round asked (all the federation's
@@ -343,7 +345,7 @@ class RoundLoop:
         if name == "lie":
             n = states.shape[0]
             params = params | {"num_clients": n, "num_malicious": n - benign}
-        return poison_states(name, states, global_vector, mask, parameter_mask(self.state, names), generator,
+        return poison_states(craft, states, global_vector, mask, parameter_mask(self.state, names), generator,
                              **params)
 
     def _weights_record(self, received: RoundReplies, new_arrays: ArrayRecord | None) -> dict[str, Any]:

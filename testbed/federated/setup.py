@@ -116,10 +116,10 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
                                  f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
         train = train.subset(np.tile(np.arange(len(train.y)), repeat))
     root = None
-    if scenario.federated.strategy.name == "fltrust":
-        from testbed.federated.strategies.fltrust import FLTrust  # the one strategy with a server-held set
+    from testbed.federated.strategies import server_samples  # the registry imports the setup's types
 
-        root_size = FLTrust.Config.model_validate(scenario.federated.strategy.params).root_size
+    root_size = server_samples(scenario.federated.strategy)
+    if root_size:  # a strategy that trains on a server-held set (FLTrust's root set)
         train, root = _carve(train, root_size, seeds.numpy(ROOT_SET.path))
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
                                    seeds.numpy(PARTITION.path), groups=train.groups)

@@ -1,4 +1,4 @@
-"""The registries of engines, workloads, partitioners and topologies are derived from the components.
+"""The registries of engines, workloads, partitioners, topologies and attacks are derived from the components.
 
 Each built-in component is one class (a graph builder: one function) that carries its name, its
 config and what it offers; the registries and the scenario's config unions are read from them, and
@@ -22,6 +22,8 @@ from testbed.decentralized.graphs import registered_topologies
 from testbed.engines.base import Engine
 from testbed.engines.config import EngineSettings, engine_union, registered_engines
 from testbed.engines.registry import engine_class
+from testbed.federated.attacks import attack_parameters, registered_attacks
+from testbed.strategies import ATTACKS, Attack, attack
 from testbed.workloads import registry as workloads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +86,36 @@ def test_every_workload_is_read_from_its_own_package_and_class():
         assert workloads.summary(name)
 
 
+def test_every_attack_is_its_own_declared_function():
+    for name, declared in ATTACKS.items():
+        assert isinstance(declared, Attack) and declared.name == name
+        module = declared.fn.__module__
+        # Declared where its function is written: the module holds the Attack under the function's name.
+        assert getattr(__import__(module, fromlist=["_"]), declared.fn.__name__) is declared, name
+    assert {name for name, a in ATTACKS.items() if a.omniscient} == {"lie", "min_max", "min_sum"}
+    assert {name for name, a in ATTACKS.items() if a.full_model} == {"random_noise", "add_noise"}
+    # A threat model's variant is declared on the attack it varies and takes every setting it takes
+    # (MarsFL's LIE also takes the attackers' count, which the server supplies).
+    for name, declared in ATTACKS.items():
+        for variant in declared.variants.values():
+            assert set(attack_parameters(declared.fn)) <= set(attack_parameters(variant)), name
+    assert {name for name, a in ATTACKS.items() if "marsfl" in a.variants} == {"lie", "min_max", "min_sum"}
+
+
+def test_an_attack_declared_twice_under_one_name_is_refused_as_a_plugin_would_be(monkeypatch):
+    @attack("model", name="sign_flip")
+    def impostor(malicious, benign, generator=None):
+        return malicious
+
+    monkeypatch.setitem(ATTACKS, "impostor", impostor)  # a second declaration of the name 'sign_flip'
+    registered_attacks.cache_clear()
+    try:
+        with pytest.raises(Exception, match="the entry is named|already registered|calls itself"):
+            registered_attacks()
+    finally:
+        registered_attacks.cache_clear()
+
+
 def _displays(tree: ast.AST) -> list[tuple[int, bool, set[str]]]:
     """(line, whether it is a dict, its string constants) of every dict's keys and every list, tuple
     and set display."""
@@ -102,9 +134,11 @@ def _displays(tree: ast.AST) -> list[tuple[int, bool, set[str]]]:
 
 def test_no_second_table_in_the_code_lists_the_components():
     """A mapping keyed by two names of one kind, or a list of three, is a table kept beside the classes
-    (the old ``ENGINES``, ``EngineSettingsTypes``, ``PARTITIONERS``, ``BUILTIN`` and ``GRAPH_BUILDERS``)."""
+    (the old ``ENGINES``, ``EngineSettingsTypes``, ``PARTITIONERS``, ``BUILTIN``, ``GRAPH_BUILDERS``,
+    ``ATTACKS`` and ``MARSFL_ATTACKS``)."""
     kinds = {"engines": set(registered_engines()), "partitioners": set(registered_partitioners()),
-             "topologies": set(registered_topologies()), "workloads": set(workloads.BUILTIN)}
+             "topologies": set(registered_topologies()), "workloads": set(workloads.BUILTIN),
+             "attacks": set(ATTACKS)}
     tables = []
     for path in (path for folder in SOURCES for path in (ROOT / folder).rglob("*.py") if path != PAPERS):
         for line, is_dict, strings in _displays(ast.parse(path.read_text(), str(path))):
@@ -119,7 +153,7 @@ def test_no_second_table_in_the_code_lists_the_components():
 
 CACHED: dict[str, Callable[..., Any]] = {
     "testbed.engines": registered_engines, "testbed.partitioners": registered_partitioners,
-    "testbed.topologies": registered_topologies,
+    "testbed.topologies": registered_topologies, "testbed.attacks": registered_attacks,
 }
 
 
@@ -139,7 +173,7 @@ def broken_distribution(tmp_path, monkeypatch):
         registry.cache_clear()  # the next test reads the registries without the broken package
 
 
-@pytest.mark.parametrize("what", ["engines", "partitioners", "topologies"])
+@pytest.mark.parametrize("what", ["engines", "partitioners", "topologies", "attacks"])
 def test_a_plugin_that_fails_to_import_is_refused_in_one_line_naming_its_distribution(broken_distribution, cli,
                                                                                         what):
     code, out, err = cli("list", what)

@@ -45,7 +45,7 @@ def test_node_past_its_cap_only_adds_noise(tiny_scenario):
         before, counted = state["token"].clone(), int(state["contributions"][node])
         steps.walk_step(problem, phase, state, step, attack)
         if counted >= 1:
-            expected = before - args.lr * phase.noise_scale * kernels.release_noise(problem, "walk.noise", step)
+            expected = before - args.lr * phase.noise_scale * kernels.release_noise(problem, kernels.WALK_NOISE, step)
             torch.testing.assert_close(state["token"], expected, rtol=0, atol=0)
             noise_only += 1
     assert int(state["contributions"].max()) == 1 and noise_only > 0

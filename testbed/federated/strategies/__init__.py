@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from flwr.serverapp.strategy import Strategy
 
-from testbed.config import StrictModel
+from testbed.config import PluginSpec, StrictModel
 from testbed.federated.strategies.base import (
     ByzantineCount,
     NoParams,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from testbed.federated.setup import FederationSetup
 
 __all__ = ["ByzantineCount", "NoParams", "StrategyPlugin", "answering", "build_strategy", "declared_malicious",
-           "flower_round_settings", "registered_strategies", "round_clients"]
+           "flower_round_settings", "registered_strategies", "round_clients", "server_samples"]
 
 
 def builtin_strategies() -> Iterator[type[StrategyPlugin]]:
@@ -77,6 +77,12 @@ def build_strategy(setup: FederationSetup) -> Strategy:
     declared = registered_strategies()[block.name]
     config = declared.Config.model_validate(block.params)
     return declared.build(config, setup, declared_malicious(config, len(setup.malicious)))
+
+
+def server_samples(block: PluginSpec) -> int:
+    """The training samples the strategy ``block`` names holds back for the server (`StrategyPlugin.server_samples`)."""
+    declared = registered_strategies()[block.name]
+    return declared.server_samples(declared.Config.model_validate(block.params))
 
 
 def answering(setup: FederationSetup) -> type[StrategyPlugin] | None:

@@ -63,6 +63,8 @@ class StrategyPlugin(ABC):
     - ``streamed``: True when the aggregate is FedAvg's weighted mean of the uploads (then a server
       optimizer, for some), so a round may stage the uploads instead of holding every reply.
     - `min_clients`: the fewest clients per round it needs against ``f`` Byzantine ones.
+    - `server_samples`: how many training samples the server holds back for itself (FLTrust's root
+      set), carved out before the clients' partition; 0 for most.
     """
 
     name: ClassVar[str]
@@ -84,6 +86,12 @@ class StrategyPlugin(ABC):
         """The fewest clients per round the rule needs to tolerate ``f`` Byzantine ones (validation
         refuses a scenario with fewer)."""
         return 1
+
+    @classmethod
+    def server_samples(cls, config: Any) -> int:
+        """Training samples the server takes for itself before the data is partitioned (FLTrust's
+        root set): the clients then hold different data than under another rule."""
+        return 0
 
     @classmethod
     def check(cls, config: Any, scenario: Any) -> None:

@@ -27,6 +27,10 @@ class FLTrust(StrategyPlugin):
         root_epochs: int = Field(1, gt=0)
 
     @classmethod
+    def server_samples(cls, config: Config) -> int:
+        return config.root_size
+
+    @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
         def server_update(global_state: dict[str, torch.Tensor], server_round: int) -> dict[str, torch.Tensor]:
             from testbed.federated.training import train_on  # the server trains its root set like a client

@@ -22,11 +22,18 @@ import torch
 from torch import nn
 
 from testbed.data import Dataset
-from testbed.seeding import SeedTree
+from testbed.seeding import SeedTree, stream
 from testbed.workloads.oodrobust import attacks
 from testbed.workloads.oodrobust.config import OodConfig
 from testbed.workloads.oodrobust.shifts import corrupt
 from testbed.workloads.oodrobust.typeset import typeset_digits
+
+# The audit's own tree, rooted at the integer the run draws for it (`OOD_SEED`): its streams.
+CORRUPT = stream("ood/corrupt.{}", "a corruption's noise on the OOD audit's samples (one generator for every severity)")
+TYPESET = stream("ood/typeset", "the typeset digits of the OOD audit's natural shift")
+ATTACK_ID = stream("ood.attack/id", "the seen-threat attack on the OOD audit's ID samples")
+ATTACK_SHIFTS = stream("ood.attack/dataset_shifts", "the seen-threat attack on the OOD audit's shifted sets")
+ATTACK_THREAT = stream("ood.attack/t.{}", "an unseen threat's attack in the OOD audit")
 
 NATURAL_SHIFT = "typeset"
 ROTATION_ANGLES = 13
@@ -58,7 +65,7 @@ def check_image_data(data: Dataset) -> None:
 def build_shifted_sets(data: Dataset, config: OodConfig, seed: int) -> ShiftedSets:
     """The first ``eval_size`` test samples and their corrupted and natural-shift counterparts."""
     check_image_data(data)
-    seeds = SeedTree(seed).child("ood")
+    seeds = SeedTree(seed, strict=True).child("ood")
     x = torch.from_numpy(data.x[: config.eval_size]).float()
     y = torch.from_numpy(data.y[: config.eval_size]).long()
     shifted: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -133,7 +140,7 @@ def evaluate_ood(model: nn.Module, dataset: Dataset, config: OodConfig, seed: in
     ``ood_d_clean``, ``ood_d_robust``, ``ood_t_robust`` and ``ood_d_retention`` (OOD_d / ID robustness).
     """
     shifted = shifted or build_shifted_sets(dataset, config, seed)
-    seeds = SeedTree(seed).child("ood.attack")
+    seeds = SeedTree(seed, strict=True).child("ood.attack")
     was_training = model.training
     model.eval()
     try:

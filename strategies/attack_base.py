@@ -1,0 +1,65 @@
+"""What declares an attack: the `attack` decorator, which makes a function an :class:`Attack`.
+
+An attack is declared once, where its function is written: its name (the function's, unless
+given), its kind and its capabilities ride on the decorator, and its typed parameters are the
+function's keyword-only arguments (the testbed reads them from the signature). The registry
+``ATTACKS`` (:mod:`testbed.strategies.attacks`) is derived from these declarations, and a variant
+of an attack under another threat model (:mod:`testbed.strategies.marsfl`) is declared on the
+attack it varies with `variant`, not in a table beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KINDS = ("data", "model", "backdoor")
+
+
+@dataclass(frozen=True)
+class Attack:
+    """A declared attack: its ``name``, its ``kind`` ("data"/"model"/"backdoor"), its function,
+    whether it is omniscient (reads the round's benign uploads), whether its upload is boosted
+    (model replacement), whether a model attack writes whole models (``full_model``: ``fn`` gets the
+    states and ``init``, the round-0 model) rather than updates, and its ``variants``: the function
+    under each other threat model that changes it (threat model -> function, same signature).
+
+    Calling an Attack calls its function, so a declared attack is used like the function it was."""
+
+    name: str
+    kind: str
+    fn: Callable[..., Any]  # data and model attacks return a Tensor, backdoor attacks (x, y)
+    omniscient: bool = False
+    boosted: bool = False
+    full_model: bool = False
+    variants: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: one of {list(KINDS)}, got {self.kind!r}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def attack(kind: str, *, name: str | None = None, omniscient: bool = False, boosted: bool = False,
+           full_model: bool = False) -> Callable[[Callable[..., Any]], Attack]:
+    """Declare the decorated function an attack of ``kind``, named ``name`` (default: its own)."""
+
+    def declare(fn: Callable[..., Any]) -> Attack:
+        return Attack(name or fn.__name__, kind, fn, omniscient=omniscient, boosted=boosted, full_model=full_model)
+
+    return declare
+
+
+def variant(of: Attack, threat_model: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare the decorated function ``of``'s behaviour under ``threat_model`` (same signature)."""
+
+    def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if threat_model in of.variants:
+            raise ValueError(f"{of.name}: a variant under threat model {threat_model!r} is already declared")
+        of.variants[threat_model] = fn
+        return fn
+
+    return declare
