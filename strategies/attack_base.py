@@ -4,14 +4,15 @@ An attack is declared once, where its function is written: its name (the functio
 given), its kind and its capabilities ride on the decorator, and its typed parameters are the
 function's keyword-only arguments (the testbed reads them from the signature). The registry
 ``ATTACKS`` (:mod:`testbed.strategies.attacks`) is derived from these declarations, and a variant
-of an attack under another threat model (:mod:`testbed.strategies.marsfl`) is declared on the
-attack it varies with `variant`, not in a table beside it.
+of an attack under another threat model (:mod:`testbed.strategies.marsfl`) is declared with
+`variant`, naming the attack it varies; `derive_attacks` files it there, not a table beside it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 KINDS = ("data", "model", "backdoor")
@@ -53,13 +54,36 @@ def attack(kind: str, *, name: str | None = None, omniscient: bool = False, boos
     return declare
 
 
-def variant(of: Attack, threat_model: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare the decorated function ``of``'s behaviour under ``threat_model`` (same signature)."""
+@dataclass(frozen=True)
+class Variant:
+    """A function declared as attack ``of``'s behaviour under ``threat_model`` (same signature);
+    calling it calls the function. `derive_attacks` files it under ``of``'s ``variants``."""
 
-    def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if threat_model in of.variants:
-            raise ValueError(f"{of.name}: a variant under threat model {threat_model!r} is already declared")
-        of.variants[threat_model] = fn
-        return fn
+    of: str
+    threat_model: str
+    fn: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def variant(of: str, threat_model: str) -> Callable[[Callable[..., Any]], Variant]:
+    """Declare the decorated function attack ``of``'s behaviour under ``threat_model``."""
+
+    def declare(fn: Callable[..., Any]) -> Variant:
+        return Variant(of, threat_model, fn)
 
     return declare
+
+
+def derive_attacks(*modules: ModuleType) -> dict[str, Attack]:
+    """Every attack the modules declare, by name, with the variants they declare filed under it."""
+    found = [obj for module in modules for obj in vars(module).values()]
+    attacks = {obj.name: obj for obj in found if isinstance(obj, Attack)}
+    for declared in (obj for obj in found if isinstance(obj, Variant)):
+        if declared.of not in attacks:
+            raise ValueError(f"a variant of unknown attack {declared.of!r} under {declared.threat_model!r}")
+        if attacks[declared.of].variants.get(declared.threat_model, declared.fn) is not declared.fn:
+            raise ValueError(f"{declared.of}: two variants under threat model {declared.threat_model!r}")
+        attacks[declared.of].variants[declared.threat_model] = declared.fn
+    return attacks

@@ -31,17 +31,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 from torch import Generator, Tensor
 
-from . import (
-    backdoor,
-    marsfl,  # noqa: F401  (its import declares the MarsFL variants on the omniscient attacks)
-    omniscient,
-)
-from .attack_base import Attack, attack
+from . import backdoor, marsfl, omniscient
+from .attack_base import Attack, attack, derive_attacks
 from .vectors import flatten_state
 
 
@@ -149,12 +144,8 @@ def random_model_vector(model_fn: Callable[[], torch.nn.Module], seed: int) -> T
         return flatten_state(model_fn().state_dict())
 
 
-def _declared(*modules: ModuleType) -> dict[str, Attack]:
-    """Every attack the modules declare, by name."""
-    return {obj.name: obj for module in modules for obj in vars(module).values() if isinstance(obj, Attack)}
-
-
-ATTACKS: dict[str, Attack] = _declared(sys.modules[__name__], omniscient, backdoor)
+# Declared here and in the modules of the omniscient, backdoor and MarsFL attacks.
+ATTACKS: dict[str, Attack] = derive_attacks(sys.modules[__name__], omniscient, backdoor, marsfl)
 
 
 def get_attack(name: str, kind: str | None = None) -> Attack:

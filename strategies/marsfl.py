@@ -44,7 +44,6 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from . import omniscient
 from .attack_base import variant
 from .omniscient import _benign_stats, _max_distance, _optimised, _sum_sq_distance
 
@@ -59,7 +58,7 @@ def lie_z(num_online: int, num_malicious: int) -> float:
     return math.exp(-(s**2)) / (2 / math.sqrt(2 * math.pi))
 
 
-@variant(of=omniscient.lie, threat_model=THREAT_MODEL)
+@variant(of="lie", threat_model=THREAT_MODEL)
 def lie(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -98,7 +97,7 @@ def _search(feasible: Callable[[float], bool], gamma_init: float, tol: float) ->
     return best
 
 
-@variant(of=omniscient.min_max, threat_model=THREAT_MODEL)
+@variant(of="min_max", threat_model=THREAT_MODEL)
 def min_max(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -112,7 +111,7 @@ def min_max(
     return _optimised(malicious, benign, _max_distance, direction, gamma_init, tol, pick=max, search=_search)
 
 
-@variant(of=omniscient.min_sum, threat_model=THREAT_MODEL)
+@variant(of="min_sum", threat_model=THREAT_MODEL)
 def min_sum(
     malicious: torch.Tensor,
     benign: torch.Tensor,
