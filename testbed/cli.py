@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="re-render the report of a run folder")
     report.add_argument("run_dir", type=Path)
+    report.add_argument("--audit", action="store_true", help=(
+        "also write report/audit.html, one page an auditor can sign off: what the scenario promised (privacy, "
+        "robustness), what the run measured, and whether each holds, is violated or too weak to tell"))
 
     compare = sub.add_parser("compare", help=(
         "put run folders (and sweep folders' variants) of one kind side by side on one page, "
@@ -233,6 +236,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     render = render_sweep_report if folder.read_config().get("sweep") else report_run
     print(f"report: {render(folder)}")
+    if args.audit:
+        return _audit_page(folder)
+    return 0
+
+
+def _audit_page(folder: RunFolder) -> int:
+    """``testbed report --audit``: the auditor's page, its verdict and rows also on stdout."""
+    from testbed import kinds
+    from testbed.report.audit_page import render_audit_page, verdict_line
+    from testbed.report.render import RunData
+
+    config = folder.read_config()
+    if config.get("sweep") or config.get("kind") not in kinds.RUNNERS:
+        raise UserError(f"{folder.path}: --audit reads one run, not a sweep: give one of its variants' folders")
+    data = RunData.load(folder)
+    findings = kinds.runner(config["kind"]).audit_findings(data)
+    print(f"audit: {render_audit_page(folder, findings)}")
+    print(verdict_line(findings))
+    for finding in findings:
+        print(f"  [{finding.status}] {finding.area}: {finding.measured}")
     return 0
 
 

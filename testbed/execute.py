@@ -119,7 +119,7 @@ def report_run(run: RunFolder) -> Path:
     """(Re-)render the report of a run folder with the sections of its kind and report kind."""
     config = run.read_config()
     sections = kinds.runner(config["kind"]).report_sections(config) if config.get("kind") in kinds.RUNNERS else []
-    layout = kinds.report_layout(config.get("report", {}).get("kind", "training"))
+    layout = kinds.report_layout(config.get("report", {}).get("kind", "training"), config.get("kind"))
     return render_report(run, layout, sections)
 
 

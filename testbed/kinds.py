@@ -32,13 +32,15 @@ WARM_MODULES: tuple[str, ...] = (
 )
 KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation")}
 
-# The sections each report kind adds to the generic ones (summary, metric curves, scenario).
+# The sections each report kind adds to the generic ones (summary, metric curves, scenario), and
+# where a scenario kind orders them its own way for a report kind (a federated DP run's privacy page).
 REPORT_LAYOUTS: dict[str, str | None] = {
     "training": None,
     "robustness": "testbed.federated.report:LAYOUT",
     "privacy": "testbed.decentralized.report:LAYOUT",
     "pretraining": "testbed.pretrain.report:LAYOUT",
 }
+KIND_REPORT_LAYOUTS: dict[tuple[str, str], str] = {("federated", "privacy"): "testbed.federated.report:PRIVACY_LAYOUT"}
 
 
 @cache
@@ -52,7 +54,7 @@ def warm_modules(kind: str) -> tuple[str, ...]:
     return (*WARM_MODULES, RUNNERS[kind].partition(":")[0], *KIND_WARM_MODULES.get(kind, ()))
 
 
-def report_layout(report_kind: str) -> ReportLayout | None:
-    """The sections report kind ``report_kind`` adds, or None for the generic page."""
-    target = REPORT_LAYOUTS.get(report_kind)
+def report_layout(report_kind: str, scenario_kind: str | None = None) -> ReportLayout | None:
+    """The sections report kind ``report_kind`` adds to a run of ``scenario_kind``, or None for the generic page."""
+    target = KIND_REPORT_LAYOUTS.get((scenario_kind or "", report_kind)) or REPORT_LAYOUTS.get(report_kind)
     return resolve(target) if target else None

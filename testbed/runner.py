@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from testbed.engines.base import Engine
     from testbed.progress import ProgressReporter
+    from testbed.report.audit_page import Finding
+    from testbed.report.render import RunData
     from testbed.report.sections import ReportSection
     from testbed.run import RunFolder
     from testbed.scenario import Scenario
@@ -63,6 +65,11 @@ class Runner(ABC):
 
     def report_sections(self, config: dict[str, Any]) -> list[ReportSection]:
         """The kind's own sections of the report of a run with the resolved scenario ``config``."""
+        return []
+
+    def audit_findings(self, data: RunData) -> list[Finding]:
+        """The rows of the auditor's page (`testbed.report.audit_page`): each privacy or robustness
+        promise of the run's scenario and what the run measured of it; none by default."""
         return []
 
     @abstractmethod

@@ -55,6 +55,8 @@ class ReportConfig(StrictModel):
     # workload offers under this name (`testbed.workloads.audits`), which then takes its place.
     ood: Any = Field(None, description="federated: evaluate the final global model out of distribution",
                      json_schema_extra={"audit": True})
+    membership: Any = Field(None, description="federated: membership inference on the final global model",
+                            json_schema_extra={"audit": True})
 
     @classmethod
     def audit_names(cls) -> list[str]:

@@ -12,12 +12,11 @@ matched filter, the observed audit coordinate weighted by how much of u's contri
 expected to carry (`walk_attack_tables`, `gossip_attack_weights`). It guesses "included" for its r
 best-scored canaries.
 
-Lower bound: with v correct guesses among r, (epsilon, delta)-DP for each canary implies
-P[V >= v] <= beta + alpha delta 2m, beta = P[Binomial(r, e^eps/(1+e^eps)) >= v] and alpha =
-max_{i=1..v} (P[Bin >= v - i] - beta)/i (Steinke et al. 2023, Thm. 3.1 and its delta > 0 form, as
-restated in the project notes on jax_privacy's `_one_run_p_value`). The largest epsilon this
-rejects at level ``significance`` is the reported lower bound; several r are tried with a
-Bonferroni correction, so the bound holds with probability >= 1 - significance.
+Lower bound (`testbed.privacy.one_run`, shared with the federated audit): with v correct guesses
+among r, (epsilon, delta)-DP for each canary implies P[V >= v] <= beta + alpha delta 2m (Steinke et
+al. 2023, Thm. 3.1 and its delta > 0 form). The largest epsilon this rejects at level
+``significance`` is the reported lower bound; several r are tried with a Bonferroni correction, so
+the bound holds with probability >= 1 - significance.
 
 Power: even a perfect attacker certifies at most `audit_power` (every possible guess right), which
 m canaries cap (with half of them in: about 2.9 for m = 200, 4.5 for m = 1000, at delta 1e-5 and
@@ -31,67 +30,23 @@ import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
 import torch
-from scipy.optimize import brentq
 from scipy.signal import fftconvolve
-from scipy.special import expit
-from scipy.stats import binom
 
-GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-MAX_EPSILON = 60.0  # beyond any bound r <= 10^6 guesses can certify
+from testbed.privacy.one_run import (
+    GUESS_FRACTIONS,
+    MAX_EPSILON,
+    audit_power,
+    epsilon_from_guesses,
+    epsilon_lower_bound,
+    guess_counts,
+    one_run_p_value,
+)
 
-
-def one_run_p_value(epsilon: float, canaries: int, guesses: int, correct: int, delta: float = 0.0) -> float:
-    """Upper bound on P[>= correct right guesses out of ``guesses``] under (epsilon, delta)-DP."""
-    q = expit(epsilon)
-    beta = binom.sf(correct - 1, guesses, q)
-    if delta == 0 or correct == 0:
-        return float(beta)
-    shifts = np.arange(1, correct + 1)
-    alpha = np.max((binom.sf(correct - shifts - 1, guesses, q) - beta) / shifts)
-    return float(beta + alpha * delta * 2 * canaries)
-
-
-def epsilon_from_guesses(canaries: int, guesses: int, correct: int, delta: float, significance: float) -> float:
-    """Largest epsilon rejected at level ``significance`` by ``correct`` right guesses of ``guesses``."""
-    excess = lambda eps: one_run_p_value(eps, canaries, guesses, correct, delta) - significance
-    if guesses == 0 or excess(0.0) > 0:
-        return 0.0
-    if excess(MAX_EPSILON) <= 0:
-        return MAX_EPSILON
-    return float(brentq(excess, 0.0, MAX_EPSILON, xtol=1e-10))
-
-
-def guess_counts(canaries: int) -> list[int]:
-    """The numbers r of top-scored canaries guessed "included": `GUESS_FRACTIONS` of m."""
-    return sorted({max(1, int(round(f * canaries))) for f in GUESS_FRACTIONS})
-
-
-def epsilon_lower_bound(scores: np.ndarray, included: np.ndarray, delta: float, significance: float) -> float:
-    """Empirical epsilon lower bound from canary scores (higher = more likely included): the best
-    over guessing the top r for r in `guess_counts`, each tested at significance / #r."""
-    scores, included = np.asarray(scores, dtype=np.float64), np.asarray(included).astype(bool)
-    m = scores.size
-    order = np.argsort(-scores, kind="stable")
-    counts = guess_counts(m)
-    level = significance / len(counts)
-    hits = np.cumsum(included[order])
-    return max(epsilon_from_guesses(m, r, int(hits[r - 1]), delta, level) for r in counts)
-
-
-def audit_power(canaries: int, delta: float, significance: float, included: int | None = None) -> float:
-    """The largest lower bound `epsilon_lower_bound` can report with m = ``canaries``: a perfect
-    attacker, right on every guess it can be right on, at the same guess counts and Bonferroni level.
-
-    With ``included`` (how many canaries were drawn in) r guesses hold at most min(r, included)
-    right ones; without it every guess counts as right, which bounds every draw of the inclusions.
-    An accountant's epsilon above this cannot be tested by the audit, whatever the attacker does.
-    """
-    if canaries <= 0:
-        return 0.0
-    counts = guess_counts(canaries)
-    level = significance / len(counts)
-    most = canaries if included is None else int(included)
-    return max(epsilon_from_guesses(canaries, r, min(r, most), delta, level) for r in counts)
+# The statistics are the kind-independent one-run audit's (`testbed.privacy.one_run`), importable
+# from here as before.
+__all__ = ["GUESS_FRACTIONS", "MAX_EPSILON", "audit_power", "epsilon_from_guesses", "epsilon_lower_bound",
+           "gossip_attack_weights", "gossip_observe", "guess_counts", "message_polynomials", "one_run_p_value",
+           "senders", "walk_attack_tables", "walk_observe"]
 
 
 def walk_attack_tables(walk: np.ndarray, source: int, steps: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ order of a run.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.decentralized import comparison, driver
 from testbed.decentralized.config import BASELINE
@@ -21,6 +21,10 @@ from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
 from testbed.topologies import TopologyError
 
+if TYPE_CHECKING:
+    from testbed.report.audit_page import Finding
+    from testbed.report.render import RunData
+
 MAX_AUDIT_NODES = 512  # the attackers' tables grow as steps x n
 
 
@@ -29,6 +33,11 @@ class DecentralizedRunner(Runner):
 
     kind = "decentralized"
     needs_one_of = frozenset({"tasks", "spmd"})
+
+    def audit_findings(self, data: RunData) -> list[Finding]:
+        from testbed.decentralized.findings import decentralized_findings
+
+        return decentralized_findings(data)
 
     def check(self, scenario: Scenario, source: str) -> None:
         config = scenario.decentralized

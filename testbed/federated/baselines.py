@@ -10,7 +10,10 @@ those arms by name::
       baselines: [fedavg, no_attack]     # FedAvg under the same attack; SDEA without attackers
 
 A strategy name (any of `testbed list strategies`, with its default parameters) replaces the
-scenario's strategy; ``no_attack`` removes the attack and keeps the strategy. Everything else,
+scenario's strategy; ``no_attack`` removes the attack and keeps the strategy; ``no_privacy`` removes
+the privacy block (the privacy-utility question: what the DP run's accuracy costs) and runs the
+rounds the private run completes (`last_round`: its budget may stop it early), so both arms are
+compared after the same number of rounds. Everything else,
 the root seed included, is the scenario's, so each baseline sees the same partitions, the same
 initial model and (under an attack) the same Byzantine clients: the comparison is paired.
 
@@ -34,7 +37,7 @@ from testbed.runner import RunContext
 from testbed.scenario import Scenario
 
 NO_ATTACK = "no_attack"
-FLTRUST = "fltrust"
+NO_PRIVACY = "no_privacy"
 BASELINES_DIR = "baselines"
 # The final metrics a baseline contributes to the main run's summary.
 COMPARED_METRICS = ("test_accuracy", "test_loss", "malicious_weight", "attacker_auroc")
@@ -44,7 +47,7 @@ def baseline_names() -> list[str]:
     """Every valid entry of ``federated.baselines``."""
     from testbed.federated.strategies import registered_strategies
 
-    return [NO_ATTACK, *sorted(registered_strategies())]
+    return [NO_ATTACK, NO_PRIVACY, *sorted(registered_strategies())]
 
 
 def baseline_scenario(scenario: Scenario, name: str) -> Scenario:
@@ -53,6 +56,11 @@ def baseline_scenario(scenario: Scenario, name: str) -> Scenario:
     assert federated is not None  # a federated scenario
     if name == NO_ATTACK:
         changed = federated.model_copy(update={"attack": None, "baselines": []})
+    elif name == NO_PRIVACY:
+        from testbed.federated.privacy import last_round
+
+        rounds = last_round(federated, scenario.data.num_clients)
+        changed = federated.model_copy(update={"privacy": None, "rounds": rounds, "baselines": []})
     else:
         from testbed.config import PluginSpec
 
@@ -63,6 +71,8 @@ def baseline_scenario(scenario: Scenario, name: str) -> Scenario:
 def check_baselines(scenario: Scenario, source: str, check: Callable[[Scenario, str], None]) -> None:
     """Refuse an unknown or pointless baseline, and one whose own scenario cannot run (``check``
     is the kind's validation: Krum as a baseline needs its 2f+3 clients like Krum as the strategy)."""
+    from testbed.federated.strategies import server_samples
+
     federated = scenario.federated
     assert federated is not None  # a federated scenario
     valid = baseline_names()
@@ -77,15 +87,20 @@ def check_baselines(scenario: Scenario, source: str, check: Callable[[Scenario, 
         seen.add(name)
         if name == NO_ATTACK and federated.attack is None:
             raise ScenarioError(f"{source}: {field}: 'no_attack' needs a federated.attack to remove")
+        if name == NO_PRIVACY and federated.privacy is None:
+            raise ScenarioError(f"{source}: {field}: 'no_privacy' needs a federated.privacy to remove")
         if name == federated.strategy.name:
             raise ScenarioError(f"{source}: {field}: {name!r} is the scenario's own strategy")
-        if FLTRUST in (name, federated.strategy.name):
-            # FLTrust's server takes its root set out of the training data before partitioning, so
-            # its clients and the other arm's would not hold the same data: no paired comparison.
-            raise ScenarioError(f"{source}: {field}: FLTrust carves its root set out of the clients' data, so it "
-                                "cannot be paired with another arm; compare it in a sweep instead")
+        arm = baseline_scenario(scenario, name)
+        holder = next((s.name for s in (federated.strategy, arm.federated.strategy)  # type: ignore[union-attr]
+                       if server_samples(s)), None)
+        if holder is not None:
+            # A server-held set (FLTrust's root set) is taken out of the training data before
+            # partitioning, so its clients and the other arm's would not hold the same data.
+            raise ScenarioError(f"{source}: {field}: {holder!r} carves a server-held set out of the clients' data, "
+                                "so it cannot be paired with another arm; compare it in a sweep instead")
         try:
-            check(baseline_scenario(scenario, name), source)
+            check(arm, source)
         except ScenarioError as err:
             raise ScenarioError(f"{err} (in baseline {name!r})") from None
 

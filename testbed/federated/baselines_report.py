@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from testbed.federated.baselines import BASELINES_DIR, NO_ATTACK
+from testbed.federated.baselines import BASELINES_DIR, NO_ATTACK, NO_PRIVACY
 from testbed.report.plots import plot_curve
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection, image, table
@@ -27,6 +27,14 @@ def _curve(records: list[dict[str, Any]], key: str = METRIC) -> tuple[list[float
     return [float(r["round"]) for r in rounds], [float(r[key]) for r in rounds]
 
 
+def chance_accuracy(data: RunData) -> float | None:
+    """1 / the number of classes, read from the clients' label histograms (None where not recorded)."""
+    histograms = data.artifacts.get("label_histograms")
+    if histograms is None or histograms.ndim != 2 or not histograms.shape[1]:
+        return None
+    return 1.0 / histograms.shape[1]
+
+
 def arm_label(config: dict[str, Any], name: str | None = None) -> str:
     """How an arm is named in the legend: the scenario's own (``name`` None) or a baseline's, by what
     it changes against the scenario."""
@@ -37,6 +45,8 @@ def arm_label(config: dict[str, Any], name: str | None = None) -> str:
         return f"{strategy}" + (f" under {attack}" if attack else "") + " (this run)"
     if name == NO_ATTACK:
         return f"{strategy}, no attack"
+    if name == NO_PRIVACY:
+        return f"{strategy}, no privacy"
     return f"{name}" + (f" under {attack}" if attack else "")
 
 
@@ -59,7 +69,7 @@ class BaselinesSection(ReportSection):
                 lines[arm_label(data.config, name)] = (xs, ys)
                 asr[arm_label(data.config, name)] = _curve(records, BACKDOOR)
         plot_curve(out_dir / "baselines-accuracy.png", "test accuracy per round", "round", lines,
-                   ylabel="test accuracy (fraction correct)")
+                   ylabel="test accuracy (fraction correct)", chance=chance_accuracy(data))
         final = {label: ys[-1] if ys else math.nan for label, (_, ys) in lines.items()}
         rows: list[tuple[object, ...]] = [(label, value, value - final[own] if label != own else "")
                                           for label, value in final.items()]

@@ -84,6 +84,17 @@ class SamplingConfig(StrictModel):
 NOISE_RANGE = (1e-6, 100.0)
 
 
+class AuditConfig(StrictModel):
+    """``federated.privacy.audit``: a one-run canary audit of the run's own DP mechanism
+    (`testbed.federated.audit`): ``canaries`` canary clients, each included with probability 1/2,
+    whose crafted updates pass through Flower's DP wrapper with the real clients' replies."""
+
+    canaries: int = Field(gt=0, description="canary clients (about 1000 test an epsilon near 4.5 at delta 1e-5)")
+    kind: Literal["client", "sample"] = Field(
+        "client", description="client: canary clients for central DP; sample: canary samples for local DP (not yet)")
+    significance: float = Field(0.05, gt=0, lt=1, description="the lower bound holds with probability 1 - this")
+
+
 class PrivacyConfig(StrictModel):
     """``federated.privacy``: which of Flower's DP mechanisms, its noise and clipping, the budget
     (the accountant and the mechanisms: `testbed.federated.privacy`, `testbed.federated.dp`)."""
@@ -100,6 +111,7 @@ class PrivacyConfig(StrictModel):
         None, gt=0, description="adaptive: noise on the clipped count; default clients per round / 20")
     delta: float = Field(1e-5, gt=0, lt=1)
     target_epsilon: float | None = Field(None, gt=0, description="stop before a round would exceed it")
+    audit: AuditConfig | None = Field(None, description="a one-run canary audit of the mechanism, in the same run")
 
     @field_validator("noise_multiplier")
     @classmethod

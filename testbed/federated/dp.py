@@ -3,7 +3,9 @@ accountant): the central-DP strategy wrapper the scenario asks for, and the clie
 
 Flower's wrappers and mods draw their noise from numpy's global generator; here it is seeded from
 the root seed around each round's aggregation (and each client's local-DP release) and restored
-afterwards, so a rerun, or a resumed run, adds the same noise.
+afterwards, so a rerun, or a resumed run, adds the same noise. With ``privacy.audit`` the canary
+clients' replies join each round's before Flower's wrapper (the mechanism that then runs, and why
+it is the one the accountant counts: `testbed.federated.audit`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
 
-from testbed.federated.privacy import clients_per_round
+from testbed.federated.audit import CanaryAudit, flat, unflat
+from testbed.federated.privacy import clients_per_round, sampling_rate
 from testbed.federated.setup import federation_seeds
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree, stream
@@ -60,27 +63,39 @@ def private_strategy(inner: Strategy, scenario: Scenario) -> Strategy:
         wrapped = cls_a(inner, config.noise_multiplier, m, initial_clipping_norm=config.clipping_norm,
                         target_clipped_quantile=config.target_quantile, clip_norm_lr=config.clip_norm_lr,
                         clipped_count_stddev=config.clipped_count_stddev)
+    audit = None
+    if config.audit is not None:  # drawn only with the block: a run without it keeps every number
+        q = sampling_rate(federated, scenario.data.num_clients)
+        audit = CanaryAudit(config.audit, config, q, federation_seeds(scenario).child("privacy.audit"),
+                            clip_on_server=config.clip_on == "server")
     return SeededPrivacy(wrapped, federation_seeds(scenario).child("privacy"),
-                         getattr(inner, "weighted_by_key", "num-examples"))
+                         getattr(inner, "weighted_by_key", "num-examples"), audit)
 
 
 class SeededPrivacy(Strategy):
     """Delegates to a Flower DP wrapper: weighs the clients equally (its noise is calibrated to the
     uniform mean of the clipped updates) and seeds numpy's global generator per round around its
-    aggregation. `state` / `restore`: adaptive clipping's current norm, for checkpoints."""
+    aggregation. With an ``audit``, its canary clients' replies join each round's before the
+    wrapper (`testbed.federated.audit`). `state` / `restore`: adaptive clipping's current norm and
+    the audit's scores, for checkpoints."""
 
-    def __init__(self, dp: Strategy, seeds: SeedTree, weight_key: str) -> None:
-        self.dp, self.seeds, self.weight_key = dp, seeds, weight_key
+    def __init__(self, dp: Strategy, seeds: SeedTree, weight_key: str, audit: CanaryAudit | None = None) -> None:
+        self.dp, self.seeds, self.weight_key, self.audit = dp, seeds, weight_key, audit
+        self.current = ArrayRecord()  # the round's global model, which the canaries' updates start from
 
-    def state(self) -> dict[str, float]:
-        return {"clipping_norm": float(self.dp.clipping_norm)}  # type: ignore[attr-defined]  # every DP wrapper
+    def state(self) -> dict[str, Any]:
+        kept = {"clipping_norm": float(self.dp.clipping_norm)}  # type: ignore[attr-defined]  # every DP wrapper
+        return kept if self.audit is None else kept | self.audit.state()
 
     def restore(self, state: dict[str, Any]) -> None:
         if "clipping_norm" in state:
             self.dp.clipping_norm = float(state["clipping_norm"])  # type: ignore[attr-defined]
+        if self.audit is not None:
+            self.audit.restore(state)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
+        self.current = arrays
         return self.dp.configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
@@ -90,8 +105,31 @@ class SeededPrivacy(Strategy):
             for record in reply.content.metric_records.values():
                 if self.weight_key in record:
                     record[self.weight_key] = 1
+        if self.audit is not None:
+            return self._audited(server_round, replies)
         with numpy_seeded(self.seeds.integer(f"round.{server_round}")):
             return self.dp.aggregate_train(server_round, replies)
+
+    def _audited(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The round with its sampled canaries' replies through the wrapper, told the round's reply
+        count so that its noise is z C on the sum; the release rescaled to (sum + noise) / m, m the
+        clients a round samples (the mechanism the accountant counts: `testbed.federated.audit`)."""
+        assert self.audit is not None  # only with an audit
+        wrapper: Any = self.dp  # every DP wrapper has num_sampled_clients
+        per_round = wrapper.num_sampled_clients
+        everyone = replies + self.audit.replies(server_round, self.current, replies, self.weight_key)
+        wrapper.num_sampled_clients = len(everyone)
+        try:
+            with numpy_seeded(self.seeds.integer(f"round.{server_round}")):
+                released, metrics = self.dp.aggregate_train(server_round, everyone)
+        finally:
+            wrapper.num_sampled_clients = per_round
+        if released is None:
+            return None, metrics
+        start = flat(self.current)
+        released = unflat(start + (flat(released) - start) * (len(everyone) / per_round), released)
+        self.audit.observe(self.current, released)
+        return released, metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:

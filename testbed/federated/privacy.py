@@ -10,6 +10,7 @@ federated:
     clipping_norm: 1.0     # C (adaptive: the initial norm)
     delta: 1.0e-5
     target_epsilon: 8      # stop before the round whose epsilon would exceed it
+    audit: {canaries: 1000, kind: client, significance: 0.05}  # one-run canary audit (testbed.federated.audit)
 ```
 
 The mechanisms are Flower's own (``flwr.serverapp.strategy.DifferentialPrivacy{Server,Client}Side
@@ -31,6 +32,10 @@ The run steps its accountant (`RoundAccountant`) once per round, each round addi
 as opacus' ``RDPAccountant`` composes equal steps (the same floats), and finds the last round a
 target allows by bisection: no cost grows with the rounds already run.
 
+With ``audit`` the run also audits its mechanism, in the same run: canary clients through Flower's
+wrapper, scored by an adversary that sees only the released models, the one-run lower bound on
+epsilon beside this accountant's, with its power and a verdict (`testbed.federated.audit`).
+
 A caveat of Flower 1.42's adaptive clipping, used here as it is: its wrappers and
 ``adaptiveclipping_mod`` count the *clipped* updates (``norm_bit``) where Andrew et al.'s b counts
 the unclipped ones, so ``C <- C exp(-lr (clipped share - target_quantile))`` moves the norm away from
@@ -44,8 +49,12 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from testbed.federated.config import FederatedConfig, PrivacyConfig
+
+if TYPE_CHECKING:
+    from testbed.federated.audit import CanaryAudit
 
 
 def mean_rules() -> list[str]:
@@ -152,6 +161,7 @@ def check_privacy(federated: FederatedConfig, strategy: str, num_clients: int) -
         raise ValueError(f"privacy.mode: central DP's noise is calibrated to the mean of the clipped updates; "
                          f"strategy '{strategy}' is not a mean (use one of {', '.join(mean_rules())}, "
                          "or mode: local, whose noise any rule keeps)")
+    _check_audit(config, strategy)
     m = clients_per_round(federated, num_clients)
     if config.mode == "central" and config.clipping == "adaptive":
         stddev = config.clipped_count_stddev or m / 20
@@ -165,6 +175,25 @@ def check_privacy(federated: FederatedConfig, strategy: str, num_clients: int) -
                              f"already (epsilon {first:.4g} at delta {config.delta:g}); raise it, or the noise")
 
 
+def _check_audit(config: PrivacyConfig, strategy: str) -> None:
+    """The canary audit runs on DP-FedAvg as `testbed.federated.audit` builds it, nowhere else yet."""
+    audit = config.audit
+    if audit is None:
+        return
+    if audit.kind == "sample":
+        raise ValueError("privacy.audit.kind: sample (canary samples for local DP) is not supported yet; "
+                         "use kind: client with mode: central")
+    if config.mode != "central":
+        raise ValueError("privacy.audit.kind: client canaries audit central DP, but privacy.mode is local; "
+                         "use mode: central")
+    if config.clipping != "fixed":
+        raise ValueError("privacy.audit: the canary audit needs clipping: fixed (adaptive clipping's norm would "
+                         "follow the canaries' updates)")
+    if strategy != "fedavg":
+        raise ValueError(f"privacy.audit: the canary audit audits DP-FedAvg, the noised mean itself; strategy "
+                         f"'{strategy}' changes the release (use strategy fedavg, or drop the audit)")
+
+
 def round_accountant(federated: FederatedConfig, num_clients: int, rounds: int) -> RoundAccountant | None:
     """The accountant of a run with ``federated.privacy`` (None without), ``rounds`` already accounted
     (the rounds a resumed run's checkpoint holds)."""
@@ -172,7 +201,10 @@ def round_accountant(federated: FederatedConfig, num_clients: int, rounds: int) 
     return None if config is None else RoundAccountant(config, sampling_rate(federated, num_clients), rounds)
 
 
-def privacy_metrics(accountant: RoundAccountant | None) -> dict[str, float]:
+def privacy_metrics(accountant: RoundAccountant | None, audit: CanaryAudit | None = None) -> dict[str, Any]:
     """The next round's record entries: epsilon spent after it (at ``privacy.delta``), the round
-    accounted."""
-    return {} if accountant is None else {"epsilon": accountant.step()}
+    accounted, and the canary audit of the rounds so far against it (``privacy.audit.*``)."""
+    if accountant is None:
+        return {}
+    epsilon = accountant.step()
+    return {"epsilon": epsilon} | ({} if audit is None else audit.metrics(epsilon))

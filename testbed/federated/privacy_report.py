@@ -1,9 +1,11 @@
 """The robustness report's "Privacy" section for a federated run with ``federated.privacy``: the
-mechanism, epsilon over rounds, and test accuracy against epsilon (the privacy-utility curve)."""
+mechanism, epsilon over rounds, test accuracy against epsilon (the privacy-utility curve), and with
+``privacy.audit`` the canary audit beside the accountant (`testbed.federated.audit`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from testbed.federated.config import FederatedConfig
 from testbed.federated.privacy import epsilon_curve, sampling_rate
@@ -51,6 +53,49 @@ class PrivacySection(ReportSection):
                    {"epsilon": ([float(r["round"]) for r in rounds], xs)}, ylabel=f"epsilon (delta {config.delta:g})")
         note = ("<p>Accounting: RDP of the sampled Gaussian mechanism (opacus), composed over rounds, "
                 "add/remove-one-client neighbours (testbed.federated.privacy).</p>")
-        return (table(rows, ("measure", "value")) + note
+        return (table(rows, ("measure", "value")) + note + audit_html(rounds[-1], config.delta)
                 + image("accuracy-vs-epsilon.png", "test accuracy against epsilon")
                 + image("epsilon-per-round.png", "epsilon over rounds"))
+
+
+AUDIT = "privacy.audit."
+
+
+def audit_html(last: dict[str, Any], delta: float) -> str:
+    """The canary audit's table and its verdict in words ("" for a run without ``privacy.audit``)."""
+    if f"{AUDIT}verdict" not in last:
+        return ""
+    get = lambda key: last[AUDIT + key]
+    confidence = 1 - float(get("significance"))
+    rows: list[tuple[str, object]] = [
+        ("canary clients (included, drawn with probability 1/2)", f"{get('canaries')} ({get('canaries_included')})"),
+        (f"accountant epsilon (delta {delta:g})", get("accountant_epsilon")),
+        (f"empirical lower bound on epsilon (confidence {confidence:.0%})", get("epsilon_lower_bound")),
+        ("audit power (the most any attacker could show)", get("power")),
+        ("verdict", get("verdict"))]
+    return ("<h3>Audit (one run, client-level canaries)</h3>" + table(rows, ("measure", "value"))
+            + f"<p>{verdict_words(last, delta)}</p>"
+            + "<p>Canary clients send a fixed random direction through Flower's DP wrapper with the real "
+              "clients; the adversary sees only the released global models and scores each canary by the "
+              "sum over rounds of the model's step along its direction (Steinke, Nasr and Jagielski 2023: "
+              "testbed.federated.audit).</p>")
+
+
+def verdict_words(last: dict[str, Any], delta: float) -> str:
+    """The audit's verdict in one sentence, with its numbers."""
+    get = lambda key: last[AUDIT + key]
+    accountant, lower, power = float(get("accountant_epsilon")), float(get("epsilon_lower_bound")), float(get("power"))
+    confidence = f"{1 - float(get('significance')):.0%}"
+    said = get("verdict")
+    if said == "violation":
+        return (f"Violation: the mechanism leaks more than accounted. With {confidence} confidence epsilon is at "
+                f"least {lower:.3g}, above the accountant's {accountant:.3g}.")
+    if said == "consistent":
+        return (f"Consistent: the audit could have shown up to epsilon {power:.3g}, above the accountant's "
+                f"{accountant:.3g}, and showed {lower:.3g} ({confidence} confidence): no leak beyond the "
+                "accountant was found.")
+    needed = last.get(AUDIT + "canaries_needed")
+    more = (f"about {needed} canaries would test it" if needed is not None
+            else f"no number of canaries can at delta {delta:g} (the bound's delta term grows with them)")
+    return (f"Too weak: with {get('canaries')} canaries no attacker could show more than epsilon {power:.3g}, "
+            f"below the accountant's {accountant:.3g}; {more}.")

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 from testbed.errors import UserError
+from testbed.federated.answer import AnswerSection
 from testbed.federated.baselines_report import BaselinesSection
 from testbed.federated.clients_record import CLIENTS_FILE, dropped, read_rounds
 from testbed.federated.privacy_report import PrivacySection
@@ -263,6 +264,12 @@ class ClientWeightsSection(ReportSection):
 
 
 # The robustness report's own sections, right below the summary, in this order.
-LAYOUT = ReportLayout(after_summary=(RobustnessSection(), PrivacySection(), BaselinesSection(), ClientWeightsSection(),
-                                     ClientsSection(), AuditSections()),
+# The comparison (the answer in words, then the arms' table and chart) before the run's own details.
+LAYOUT = ReportLayout(after_summary=(AnswerSection(), BaselinesSection(), RobustnessSection(), PrivacySection(),
+                                     ClientWeightsSection(), ClientsSection(), AuditSections()),
                       covered=frozenset({"malicious_weight", "attacker_auroc"}))
+# A federated run's privacy report (``report.kind: privacy``): what was spent, audited and lost first.
+PRIVACY_LAYOUT = ReportLayout(after_summary=(AnswerSection(), PrivacySection(), BaselinesSection(),
+                                             RobustnessSection(), ClientWeightsSection(), ClientsSection(),
+                                             AuditSections()),
+                              covered=LAYOUT.covered)

@@ -19,13 +19,17 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UserError
 from testbed.federated.config import FederatedConfig
 from testbed.interrupts import deferred_interrupts
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
+
+if TYPE_CHECKING:
+    from testbed.report.audit_page import Finding
+    from testbed.report.render import RunData
 
 
 def federated_config(scenario: Scenario) -> FederatedConfig:
@@ -52,6 +56,11 @@ class FederatedRunner(Runner):
 
     def parallel_tasks(self, scenario: Scenario) -> int:
         return scenario.data.num_clients
+
+    def audit_findings(self, data: RunData) -> list[Finding]:
+        from testbed.federated.findings import federated_findings
+
+        return federated_findings(data)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.federated.baselines import run_baselines
@@ -106,7 +115,7 @@ class FederatedRunner(Runner):
 
             model = setup.build_model()
             model.load_state_dict(loop.state)
-            final.update(run_audits(ctx, model, setup.test))
+            final.update(run_audits(ctx, model, setup.test, members=setup.train))
         return final
 
 

@@ -198,7 +198,7 @@ class RoundLoop:
             model.load_state_dict(self.state)
             metrics = (self.workload.evaluate_model(model, self.setup.test)
                        | backdoor_metrics(self.setup, self.workload, model)  # attack success rate
-                       | privacy_metrics(self.accountant))
+                       | privacy_metrics(self.accountant, getattr(self.strategy, "audit", None)))
         benign_losses = [loss for pid, loss in zip(received.ids, received.losses) if pid not in self.setup.malicious]
         return {
             "round": server_round, **metrics,
@@ -366,7 +366,12 @@ class RoundLoop:
             record["detection_precision"] = (hits / sum(flagged) if any(flagged)
                                              else (1.0 if not any(malicious) else 0.0))
             record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
-        return record | round_metrics(self.clients_line)
+        judged = round_metrics(self.clients_line)
+        if self.declared is not None and self.declared.streamed:
+            # FedAvg's kind weighs each client by its data size: an AUROC of those weights measures
+            # how much data the attackers hold, not a detection, so it is not recorded.
+            judged.pop("attacker_auroc", None)
+        return record | judged
 
 
 # Strategy and attack parameters that scale the global model's step: the suspects of a divergence.

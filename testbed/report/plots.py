@@ -54,19 +54,22 @@ def safe_name(text: str) -> str:
 
 def plot_curve(path: Path, title: str, xlabel: str,
                lines: Mapping[str, tuple[Sequence[float], Sequence[float]]], ylabel: str = "",
-               distinct: bool = False) -> Path:
+               distinct: bool = False, chance: float | None = None) -> Path:
     """One line plot with a legend (two lines or more); returns the PNG's path. ``distinct``: a
-    colour of its own for every line, past the ten of matplotlib's default cycle."""
+    colour of its own for every line, past the ten of matplotlib's default cycle. ``chance``: a
+    dashed grey line at a classifier's chance accuracy (1 / classes), labelled."""
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
     colours = distinct_colours(len(lines)) if distinct else [None] * len(lines)
     for (label, (xs, ys)), colour in zip(lines.items(), colours):
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label, color=colour)
+    if chance is not None:
+        ax.axhline(chance, color="0.55", linestyle="--", linewidth=1, label=f"chance ({chance:.3g})")
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel or title)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    if len(lines) > 1:
+    if len(lines) > 1 or chance is not None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

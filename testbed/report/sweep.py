@@ -19,9 +19,10 @@ from urllib.parse import quote
 import numpy as np
 
 from testbed.report.plots import numeric_series, plot_curve, x_axis
+from testbed.report.privacy_utility import privacy_utility
 from testbed.report.render import publish_page
 from testbed.report.sections import image, table
-from testbed.report.series import axis_label
+from testbed.report.series import axis_label, is_constant
 from testbed.run import RunFolder
 from testbed.sweep_names import axis_labels
 from testbed.sweep_status import HEADLINE_METRICS
@@ -70,7 +71,9 @@ def render_sweep_report(sweep: RunFolder) -> Path:
     seeded = "seed" in varied
     body = lambda out_dir: "".join([
         # The answer first (verdicts, the comparison over seeds, its chart), every variant last.
+        run_line(variants),
         _section("Claims (paired by seed)", _claims_table(sweep.path)),
+        _section("Privacy and utility", privacy_utility(variants, out_dir)),
         _section("Pivot: strategy x attack", _pivot(variants, grouping)),
         _section("Means over seeds", _group_table(variants, grouping, metrics) if seeded else ""),
         _section("Curves (mean over seeds)", _curves(variants, grouping, metrics, out_dir)),
@@ -82,7 +85,26 @@ def render_sweep_report(sweep: RunFolder) -> Path:
 def _load_variant(folder: Path, result: dict[str, Any]) -> dict[str, Any]:
     run = RunFolder(folder)
     variant_config = run.read_config() if run.config_path.is_file() else {}
-    return {**result, "config": variant_config, "metrics": run.read_metrics()}
+    return {**result, "config": variant_config, "metrics": run.read_metrics(), "summary": run.read_summary() or {}}
+
+
+def run_line(variants: dict[str, dict[str, Any]]) -> str:
+    """The sweep's line under its title, from its variants' summaries: how many completed, the
+    commit(s) they ran at, their summed wall time and the engine."""
+    summaries = [v.get("summary") or {} for v in variants.values()]
+    done = sum(1 for s in summaries if s.get("status") == "completed")
+    parts = [f"<b>{done} of {len(variants)} variants completed</b>"]
+    commits = sorted({str(c) + (" (dirty)" if (s.get("source") or {}).get("dirty") else "")
+                      for s in summaries if (c := (s.get("source") or {}).get("commit"))})
+    if commits:
+        parts.append(("commit " if len(commits) == 1 else "commits ") + html.escape(", ".join(commits)))
+    walls = [float(w) for s in summaries if (w := (s.get("timings") or {}).get("wall_s")) is not None]
+    if walls:
+        parts.append(f"{sum(walls):.1f} s wall time summed over variants")
+    engines = sorted({str(e) for s in summaries if (e := (s.get("engine") or {}).get("type"))})
+    if engines:
+        parts.append("engine " + html.escape(", ".join(engines)))
+    return '<p class="runline">' + " · ".join(parts) + "</p>"
 
 
 def _claims_table(folder: Path) -> str:
@@ -262,8 +284,9 @@ def _curves(variants: dict[str, dict[str, Any]], grouping: Grouping, metrics: li
     if not charted:
         return ""
     axis = x_axis(next(iter(variants.values()))["metrics"])
-    images = []
-    for index, metric in enumerate(charted[:MAX_CURVE_CHARTS]):
+    images: list[str] = []
+    flat: list[str] = []
+    for metric in charted[:MAX_CURVE_CHARTS]:
         lines: dict[str, tuple[list[float], list[float]]] = {}
         for group, curves in series.items():
             if not all(metric in c for c in curves):
@@ -272,7 +295,12 @@ def _curves(variants: dict[str, dict[str, Any]], grouping: Grouping, metrics: li
             xs = curves[0][metric][0][:length]
             lines[grouping.label(group) or "all variants"] = (
                 xs, list(np.mean([c[metric][1][:length] for c in curves], axis=0)))
-        name = "sweep-curves.png" if index == 0 else f"sweep-curves-{index}.png"
+        if all(is_constant(ys) for _, ys in lines.values()) and len({ys[0] for _, ys in lines.values()}) <= 1:
+            flat.append(metric)  # every group the same constant: a sentence, not a chart of one line
+            continue
+        name = "sweep-curves.png" if not images else f"sweep-curves-{len(images)}.png"
         plot_curve(out_dir / name, f"{metric} (mean over seeds)", axis, lines, ylabel=axis_label(metric))
         images.append(image(name, f"{metric} per variant group"))
-    return "".join(images)
+    note = (f"<p>The same constant in every variant group, over the whole run: {html.escape(', '.join(flat))}.</p>"
+            if flat else "")
+    return note + "".join(images)

@@ -7,7 +7,10 @@ registry, so no second table lists them and neither the schema nor a kind names 
 carries all that is its own: its typed ``Config`` (the loader validates the report block against
 it, `testbed.loading.with_audits`), the kinds and the report kind it serves, a `check` that needs
 no workers, `run` on a final model, and the report ``section`` that renders what `run` recorded.
-A kind's runner calls `check_audits` from its own check and `run_audits` on its final model.
+A kind's runner calls `check_audits` from its own check and `run_audits` on its final model, with the
+data that model was trained on: an audit that declares `Audit.needs_members` (membership inference)
+gets it as ``members=`` and the scenario as ``scenario=`` (its `check` the scenario too), to train
+shadow models the scenario's way.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class Audit(ABC):
     kinds: ClassVar[tuple[str, ...]]
     report_kind: ClassVar[str]
     section: ClassVar[ReportSection]
+    # Whether `run` also takes ``members=`` (the final model's training data, as a `Dataset`) and
+    # ``scenario=`` (the `Scenario` run) as keywords, and `check` ``scenario=``; an audit of the model
+    # alone (OOD) does not.
+    needs_members: ClassVar[bool] = False
 
     @classmethod  # noqa: B027  (an audit may accept any data)
     def check(cls, config: Any, data: DataConfig) -> None:
@@ -79,19 +86,23 @@ def switched_on(report: dict[str, Any] | ReportConfig) -> dict[str, tuple[type[A
 def check_audits(scenario: Scenario, source: str) -> None:
     """Each switched-on audit's own `Audit.check` of the scenario's data, as a one-line `ScenarioError`."""
     for name, (audit, block) in switched_on(scenario.report).items():
+        extra = {"scenario": scenario} if audit.needs_members else {}
         try:
-            audit.check(audit.Config.model_validate(block), scenario.data)
+            audit.check(audit.Config.model_validate(block), scenario.data, **extra)
         except ValueError as err:
             raise ScenarioError(f"{source}: report.{name}: {err}") from None
 
 
-def run_audits(ctx: RunContext, model: torch.nn.Module, test_set: Dataset) -> dict[str, float]:
+def run_audits(ctx: RunContext, model: torch.nn.Module, test_set: Dataset,
+               members: Dataset | None = None) -> dict[str, float]:
     """Run each switched-on audit on a run's final ``model``: its arrays join the run's artifacts,
-    its metrics are returned for the run's final metrics."""
+    its metrics are returned for the run's final metrics. ``members``: the data ``model`` was
+    trained on, for the audits that need it (a kind that has none to give passes None)."""
     metrics: dict[str, float] = {}
     for audit, block in switched_on(ctx.scenario.report).values():
+        extra = {"members": members, "scenario": ctx.scenario} if audit.needs_members else {}
         # A worker's copy of the scenario holds the block as written; the loader's, the typed config.
-        found, arrays = audit.run(model, test_set, audit.Config.model_validate(block), ctx.seeds)
+        found, arrays = audit.run(model, test_set, audit.Config.model_validate(block), ctx.seeds, **extra)
         ctx.run.write_artifacts({**ctx.run.read_artifacts(), **arrays})
         metrics.update(found)
     return metrics

@@ -27,7 +27,7 @@ ROOTS = {"testbed": "testbed", "strategies": "testbed.strategies", "topologies":
 LAYERS: list[tuple[str, ...]] = [
     ("testbed", "testbed.errors", "testbed.config", "testbed.plugins", "testbed.seeding", "testbed.determinism",
      "testbed.faults", "testbed.progress", "testbed.console", "testbed.imports"),
-    ("testbed.strategies", "testbed.topologies", "testbed.cluster"),
+    ("testbed.strategies", "testbed.topologies", "testbed.cluster", "testbed.privacy"),
     ("testbed.data",),
     ("testbed.engines",),
     ("testbed.federated.config", "testbed.decentralized.config", "testbed.pretrain.config", "testbed.workloads.config",

@@ -114,14 +114,14 @@ def test_the_noise_free_baseline_trains_each_algorithm_without_noise(cli, tmp_pa
 # With the noise-free arms after the three private ones (ending at 56), the walk's first ends at 56 + 20.
 @pytest.mark.integration
 @requires_chromium
-def test_privacy_report_leads_with_epsilon_against_distance_in_headless_chromium(cli, tmp_path, tiny_scenario):
+def test_privacy_report_leads_with_the_answer_then_the_heatmap_in_headless_chromium(cli, tmp_path, tiny_scenario):
     tiny_scenario["decentralized"]["comparison"] = {"enabled": True, "topologies": [{"name": "hypercube", "dim": 3}]}
     tiny_scenario["decentralized"]["privacy"] = {"non_private_baseline": True}
     code, _, err = cli("run", _write(tmp_path, tiny_scenario), "--run-dir", tmp_path / "run", "--quiet")
     assert code == 0, err
 
-    page = assert_readable(tmp_path / "run" / "report", first_screen="distance-trained.png", name="privacy")
-    assert page.sections[:3] == ["Privacy budget", "Epsilon against shortest-path distance", "Utility against epsilon"]
+    page = assert_readable(tmp_path / "run" / "report", first_screen="pairwise-", name="privacy")
+    assert page.sections[:3] == ["Privacy: epsilon spent, its audit, its cost", "Pairwise epsilon", "Privacy budget"]
     html = (tmp_path / "run" / "report" / "index.html").read_text()
     assert "confidence" in html and "at most detectable" in html  # the audit's level and power
 

@@ -116,15 +116,20 @@ def test_baselines_run_beside_the_strategy_paired_and_overlaid_in_the_report(bas
     final = json.loads((run / "summary.json").read_text())["final_metrics"]
     assert final["baselines.fedavg.test_accuracy"] == _rounds(reference_run)[-1]["test_accuracy"]
     assert "baselines.no_attack.test_accuracy" in final
+    # FedAvg weighs clients by their data size: an AUROC of those weights would read as a detection.
+    assert "baselines.fedavg.malicious_weight" in final and "baselines.fedavg.attacker_auroc" not in final
     page = (run / "report" / "index.html").read_text()
     assert "<h2>Baselines</h2>" in page and "baselines-accuracy.png" in page and "fedmedian, no attack" in page
+    difference = final["test_accuracy"] - final["baselines.fedavg.test_accuracy"]
+    assert "fedmedian vs fedavg under sign_flip</b>: final test accuracy" in page
+    assert f"difference {difference:+.4f} (1 seed: no interval" in page
 
 
 @pytest.mark.integration
 @requires_chromium
 def test_robustness_report_leads_with_the_baselines_and_marks_the_attackers_in_headless_chromium(baselines_run):
     page = assert_readable(baselines_run / "report", first_screen="baselines-accuracy.png", name="robustness")
-    assert page.sections[:2] == ["Robustness", "Baselines"]
+    assert page.sections[:3] == ["Answer", "Baselines", "Robustness"]
     html = (baselines_run / "report" / "index.html").read_text()
     assert "(mean over rounds)" in html and "Final values (last record)" in html  # one name per measure
     assert "Unchanged over the run" in html  # clients_requested and the like: a table row, not a chart

@@ -20,6 +20,7 @@ from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.classifier.config import ClassifierConfig, check
+from testbed.workloads.classifier.membership import MembershipAudit
 from testbed.workloads.classifier.model import (
     BatchStream,
     build_classifier,
@@ -42,6 +43,7 @@ class ClassifierWorkload(FederatedWorkload):
     checkpointed: ClassVar[tuple[str, ...]] = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
+    audits = {"membership": MembershipAudit}
 
     def __init__(self, config: ClassifierConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
