@@ -1,12 +1,15 @@
 """Benchmark: documents packed per second by Best-fit Packing, its baselines and real TRL.
 
 Packs synthetic heavy-tailed documents (log-normal, median 450, mean 825 tokens) into sequences
-of L = 2048 tokens, end to end (chunking, bin packing, building the segment lists) with:
-  best_fit         Best-Fit Decreasing, all chunks of one length placed together (numpy)
-  best_fit_arrays  the same packing, output as (doc, start, end) arrays (`iter_bin_packed_arrays`)
+of L = 2048 tokens, end to end (chunking, bin packing, building the output) with:
+  best_fit_arrays  Best-Fit Decreasing, all chunks of one length placed together (numpy), output
+                   as columns (`pack_arrays`: doc, start, end per piece, offsets per sequence);
+                   what the corpus preparation uses. The reference of the "x arrays" column.
+  best_fit         the same packing as Segment lists (`pack_documents`)
   best_fit_tree    the previous best_fit: item by item with a segment tree over capacities
   first_fit        First-Fit Decreasing, max-tree over bin ids, O(N log N)
-  concat           concatenate-then-split, one vectorized pass
+  concat           concatenate-then-split, one vectorized pass, as Segment lists
+  concat_arrays    the same, as columns (`pack_arrays`)
   best_fit_scan    textbook Best-Fit Decreasing scanning every open bin, O(N * bins);
                    only up to --scan-max documents, since it is quadratic
   trl_bfd_split*   RE-IMPLEMENTATION of Hugging Face TRL's pack_dataset(strategy="bfd_split"):
@@ -15,27 +18,33 @@ of L = 2048 tokens, end to end (chunking, bin packing, building the segment list
                    sequence at a time with the largest item that fits; list.pop makes it O(N^2),
                    so only up to --knapsack-max documents
   TRL pack_dataset the real `trl.pack_dataset(dataset, L, strategy="bfd_split")` with its default
-                   map batch (1,000 rows), when `import trl` works (pip install -e ".[bench]");
-                   only up to --trl-max documents. Its input is an in-memory `datasets.Dataset`
-                   with one int32 `input_ids` list per document (built before the clock starts);
-                   its output holds the packed token columns, while the project's packers output
+                   map batch (1,000 rows), run in TRL's own environment: a child process of
+                   --trl-python (default: this interpreter) running benchmarks/peer_packers.py
+                   on the same lengths, only up to --trl-max documents. Its input is an in-memory
+                   `datasets.Dataset` with one int32 `input_ids` list per document (built before
+                   the clock starts; 3.3 GB at 10^6 documents, 33 GB at 10^7, hence the cap); its
+                   output holds the packed token columns, while the project's packers output
                    segment boundaries, so TRL also pays for moving the tokens.
 The starred packers are written from the libraries' descriptions (benchmarks/peer_packers.py);
 they receive the same chunks as best_fit (the real LLaMA-Factory drops over-long examples).
+Methods that build one Python object per piece run only up to --lists-max documents.
 
-Prints one table (time per document, documents per second, time relative to best_fit, sequences
-relative to the lower bound ceil(tokens / L), share of documents truncated), then the ratios
-against real TRL, then a streaming row: --stream-size documents (default 10^7) read one length at
-a time from a generator and packed in buffers of --buffer-size documents, each in a fresh child
-process so that its peak resident memory (VmHWM) is its own; a 10x smaller stream shows
-whether memory stays flat.
-Not a test. Usage: python benchmarks/bench_packing.py [--sizes 10000 200000] [--stream-size 0]
+Prints one table per size (time per document, documents per second, time relative to
+best_fit_arrays, sequences relative to the lower bound ceil(tokens / L), share of documents
+truncated), then best_fit_arrays against real TRL (wall and CPU), then a streaming row:
+--stream-size documents (default 10^7) read one length at a time from a generator and packed in
+buffers of --buffer-size documents, each in a fresh child process so that its peak resident
+memory (VmHWM) is its own; a 10x smaller stream shows whether memory stays flat.
+Not a test. Usage: python benchmarks/bench_packing.py [--sizes 100000 1000000 10000000]
+                   [--trl-python /path/to/trl-env/bin/python] [--stream-size 0]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import resource
 import subprocess
 import sys
@@ -45,20 +54,23 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+from peer_packers import __file__ as peer_packers_path
 from peer_packers import llamafactory_style_greedy_knapsack, trl_style_bfd_split
 
 from testbed.pretrain.bin_packing import Bins, reference_best_fit_pack, segment_tree_best_fit_pack
 from testbed.pretrain.packing import (
+    PackedArrays,
     PackingStats,
     Segment,
     iter_bin_packed_arrays,
     iter_packed_sequences,
+    pack_arrays,
     pack_documents,
     split_into_chunks,
 )
 from testbed.pretrain.synthetic_documents import lognormal_document_lengths
 
-DEFAULT_SIZES = (10_000, 200_000)
+DEFAULT_SIZES = (100_000, 1_000_000, 10_000_000)
 STREAM_SIZE = 10_000_000
 # "<method> mmap" reads the lengths from a memory-mapped .npy file instead of a generator of ints,
 # which is how a prepared corpus holds them and leaves out the generator's per-document cost.
@@ -82,18 +94,22 @@ def packed_with(method: str) -> Callable[[np.ndarray, int], list[list[Segment]]]
     return lambda lengths, capacity: pack_documents(lengths, capacity, method)
 
 
-def best_fit_arrays(lengths: np.ndarray, capacity: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """best_fit's packing as arrays: one (segments, offsets) pair (a single buffer)."""
-    return list(iter_bin_packed_arrays(lengths, capacity, "best_fit"))
+def as_arrays(method: str) -> Callable[[np.ndarray, int], PackedArrays]:
+    """``pack_arrays`` with this ``method``."""
+    return lambda lengths, capacity: pack_arrays(lengths, capacity, method)
 
 
-def packers(scan_max: int, knapsack_max: int, n_documents: int) -> dict[str, Callable[[np.ndarray, int], Any]]:
+def packers(args: argparse.Namespace, n_documents: int) -> dict[str, Callable[[np.ndarray, int], Any]]:
     """The project's methods and the re-implemented peers to time at this size."""
-    methods: dict[str, Callable[[np.ndarray, int], Any]] = {"best_fit": packed_with("best_fit"),
-                                                            "best_fit_arrays": best_fit_arrays}
+    methods: dict[str, Callable[[np.ndarray, int], Any]] = {"best_fit_arrays": as_arrays("best_fit"),
+                                                            "concat_arrays": as_arrays("concat")}
+    if n_documents > args.lists_max:
+        return methods
+    methods["best_fit"] = packed_with("best_fit")
     methods["best_fit_tree"] = chunk_then(segment_tree_best_fit_pack)
     methods.update({name: packed_with(name) for name in ("first_fit", "concat")})
     methods["trl_bfd_split*"] = chunk_then(trl_style_bfd_split)
+    knapsack_max, scan_max = args.knapsack_max, args.scan_max
     if n_documents <= knapsack_max:
         methods["lf_knapsack*"] = chunk_then(llamafactory_style_greedy_knapsack)
     if n_documents <= scan_max:
@@ -102,50 +118,34 @@ def packers(scan_max: int, knapsack_max: int, n_documents: int) -> dict[str, Cal
 
 
 def as_packing(result: Any) -> Packing:
-    """Sequence count and segment documents of a packer's output (lists, arrays or a TRL dataset)."""
-    if isinstance(result, list) and result and isinstance(result[0], tuple) and isinstance(result[0][0], np.ndarray):
-        segments, offsets = zip(*result)
-        return sum(o.size - 1 for o in offsets), np.concatenate([s[:, 0] for s in segments])
-    if isinstance(result, list):
-        return len(result), np.fromiter((segment[0] for seq in result for segment in seq), dtype=np.int64)
-    return len(result), None  # a TRL dataset: it does not say which document each piece came from
+    """Sequence count and segment documents of a packer's output (Segment lists or columns)."""
+    if isinstance(result, PackedArrays):
+        return result.n_sequences, result.doc_ids
+    return len(result), np.fromiter((segment[0] for seq in result for segment in seq), dtype=np.int64)
 
 
-def time_packing(pack: Callable[[np.ndarray, int], Any], argument: Any, lengths: np.ndarray,
-                 capacity: int) -> tuple[float, Packing]:
-    """Seconds taken by one packing run, and what its statistics need."""
+def time_packing(pack: Callable[[np.ndarray, int], Any], lengths: np.ndarray,
+                 capacity: int) -> tuple[float, float, Packing]:
+    """Wall and CPU seconds taken by one packing run, and what its statistics need."""
     gc.collect()  # do not bill this run for the previous run's garbage
-    start = time.perf_counter()
-    result = pack(argument, capacity)
-    seconds = time.perf_counter() - start
-    return seconds, as_packing(result)
+    cpu, start = time.process_time(), time.perf_counter()
+    result = pack(lengths, capacity)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    return seconds, cpu_seconds, as_packing(result)
 
 
-def trl_dataset(lengths: np.ndarray) -> Any:
-    """An in-memory `datasets.Dataset` with one int32 ``input_ids`` list per document."""
-    import datasets
-    import pyarrow as pa
-    from datasets.table import InMemoryTable
-
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = np.arange(offsets[-1], dtype=np.int32) % 50_000  # token ids; their values do not matter
-    column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-    return datasets.Dataset(InMemoryTable(pa.table({"input_ids": column})))
-
-
-def real_trl() -> Callable[[Any, int], Any] | None:
-    """``trl.pack_dataset(..., strategy="bfd_split")``, or None (with one printed line) without trl."""
-    try:
-        import datasets
-        import trl
-        from trl import pack_dataset
-    except ImportError as error:
-        print(f"real TRL skipped: {error} (pip install -e '.[bench]' to measure it)")
+def real_trl(lengths: np.ndarray, capacity: int, python: str) -> dict[str, Any] | None:
+    """Real TRL's timing on these lengths, from a child process of its own environment's ``python``;
+    None (with one printed line) where that environment cannot import trl."""
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(f"{folder}/lengths.npy", lengths)
+        child = subprocess.run([python, peer_packers_path, "--trl-child", f"{folder}/lengths.npy", str(capacity)],
+                               capture_output=True, text=True)
+    if child.returncode:
+        print(f"{'':>10} real TRL skipped: {(child.stderr.strip().splitlines() or ['no output'])[-1]} "
+              f"(give --trl-python an environment with trl installed, e.g. pip install 'trl>=1.16')")
         return None
-    datasets.disable_progress_bars()
-    datasets.disable_caching()
-    print(f"real TRL: trl {trl.__version__}, datasets {datasets.__version__}")
-    return lambda dataset, capacity: pack_dataset(dataset, capacity, strategy="bfd_split")
+    return dict(json.loads(child.stdout.strip().splitlines()[-1]))
 
 
 def print_row(n_documents: int, name: str, seconds: float, reference_seconds: float, packing: Packing,
@@ -161,25 +161,28 @@ def print_row(n_documents: int, name: str, seconds: float, reference_seconds: fl
     return stats
 
 
-def run_size(n_documents: int, args: argparse.Namespace, trl_pack: Callable[[Any, int], Any] | None) -> None:
-    """Time every method on one set of documents, then print best_fit against real TRL."""
+def run_size(n_documents: int, args: argparse.Namespace) -> None:
+    """Time every method on one set of documents, then print best_fit_arrays against real TRL."""
     lengths = lognormal_document_lengths(n_documents, np.random.default_rng(args.seed))
-    results: dict[str, tuple[float, PackingStats]] = {}
-    for name, pack in packers(args.scan_max, args.knapsack_max, n_documents).items():
-        seconds, packing = time_packing(pack, lengths, lengths, args.capacity)
-        reference = results["best_fit"][0] if results else seconds
-        results[name] = seconds, print_row(n_documents, name, seconds, reference, packing, lengths, args.capacity)
-    if trl_pack is not None and n_documents <= args.trl_max:
-        dataset = trl_dataset(lengths)
-        seconds, packing = time_packing(trl_pack, dataset, lengths, args.capacity)
-        del dataset
-        results["trl"] = seconds, print_row(n_documents, "TRL pack_dataset", seconds, results["best_fit"][0],
-                                            packing, lengths, args.capacity)
-        (fit_seconds, fit), (trl_seconds, trl) = results["best_fit"], results["trl"]
-        print(f"{'':>10} -> best_fit is {trl_seconds / fit_seconds:.1f}x as fast as TRL bfd_split "
-              f"(arrays: {trl_seconds / results['best_fit_arrays'][0]:.1f}x); sequences / lower bound "
-              f"{fit.n_sequences / fit.lower_bound:.5f} vs TRL {trl.n_sequences / trl.lower_bound:.5f}")
-    print(f"{'':>10} -> concat / best_fit time: {results['concat'][0] / results['best_fit'][0]:.2f}")
+    results: dict[str, tuple[float, float, PackingStats]] = {}
+    for name, pack in packers(args, n_documents).items():
+        seconds, cpu_seconds, packing = time_packing(pack, lengths, args.capacity)
+        reference = results["best_fit_arrays"][0] if results else seconds
+        results[name] = seconds, cpu_seconds, print_row(n_documents, name, seconds, reference, packing, lengths,
+                                                        args.capacity)
+    seconds, cpu_seconds, ours = results["best_fit_arrays"]
+    print(f"{'':>10} -> best_fit_arrays {1e6 * seconds / n_documents:.3f} us/doc ({1e6 * cpu_seconds / n_documents:.3f}"
+          f" CPU), sequences / lower bound {ours.n_sequences / ours.lower_bound:.6f}")
+    trl = real_trl(lengths, args.capacity, args.trl_python) if n_documents <= args.trl_max else None
+    if trl is not None:
+        trl_ratio = trl["sequences"] / ours.lower_bound
+        print(f"{n_documents:>10,} {'TRL pack_dataset':<16} {trl['seconds']:>8.3f} "
+              f"{1e6 * trl['seconds'] / n_documents:>8.2f} {n_documents / trl['seconds']:>11,.0f} "
+              f"{trl['seconds'] / seconds:>10.2f} {trl['sequences']:>10,} {trl_ratio:>9.5f} {'n/a':>9}")
+        print(f"{'':>10} -> TRL {trl['trl']} (datasets {trl['datasets']}, its own environment): "
+              f"best_fit_arrays takes {seconds / trl['seconds']:.4f}x TRL's wall time "
+              f"({cpu_seconds / trl['cpu_seconds']:.4f}x its CPU); sequences / lower bound "
+              f"{ours.n_sequences / ours.lower_bound:.6f} vs TRL {trl_ratio:.6f}")
 
 
 def length_blocks(n_documents: int, seed: int, block: int = 100_000) -> Iterator[np.ndarray]:
@@ -270,7 +273,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--capacity", type=int, default=2048)
     parser.add_argument("--scan-max", type=int, default=10_000, help="largest size for best_fit_scan")
     parser.add_argument("--knapsack-max", type=int, default=100_000, help="largest size for lf_knapsack*")
-    parser.add_argument("--trl-max", type=int, default=200_000, help="largest size for real TRL")
+    parser.add_argument("--trl-max", type=int, default=1_000_000, help="largest size for real TRL")
+    parser.add_argument("--trl-python", default=sys.executable,
+                        help="the python of the environment where trl is installed (default: this one)")
+    parser.add_argument("--lists-max", type=int, default=1_000_000,
+                        help="largest size for the methods that build Python lists")
     parser.add_argument("--stream-size", type=int, default=STREAM_SIZE, help="documents in the streaming row (0: skip)")
     parser.add_argument("--buffer-size", type=int, default=1_000_000, help="documents per buffer when streaming")
     parser.add_argument("--seed", type=int, default=0)
@@ -284,20 +291,19 @@ def main() -> None:
     if args.stream_child:
         stream_child(args.stream_child[0], int(args.stream_child[1]), args.capacity, args.buffer_size, args.seed)
         return
-    print(f"L = {args.capacity}, log-normal lengths (median 450, mean 825), seed {args.seed}")
-    trl_pack = real_trl()
+    print(f"L = {args.capacity}, log-normal lengths (median 450, mean 825), seed {args.seed}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     warm_up = lognormal_document_lengths(2_000, np.random.default_rng(args.seed))
-    # The first calls pay for imports and caches.
-    for pack in packers(args.scan_max, args.knapsack_max, len(warm_up)).values():
+    # The first calls pay for imports and caches (TRL's child process warms up on its own).
+    for pack in packers(args, len(warm_up)).values():
         pack(warm_up, args.capacity)
-    if trl_pack is not None:
-        trl_pack(trl_dataset(warm_up), args.capacity)
-    header = f"{'documents':>10} {'method':<16} {'seconds':>8} {'us/doc':>8} {'docs/s':>11} {'x best_fit':>10} " \
+    header = f"{'documents':>10} {'method':<16} {'seconds':>8} {'us/doc':>8} {'docs/s':>11} {'x arrays':>10} " \
              f"{'sequences':>10} {'seq / LB':>9} {'truncated':>9}"
     print(header)
     print("-" * len(header))
     for n_documents in args.sizes:
-        run_size(n_documents, args, trl_pack)
+        run_size(n_documents, args)
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.stream_size:
         run_streams(args)
 

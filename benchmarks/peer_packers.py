@@ -18,12 +18,23 @@ chunk lengths (every length in [1, capacity]) and return bins of chunk indices, 
   item that still fits (``bisect``), removed with ``list.pop(i)`` (O(n) each, O(n^2) worst case).
   LLaMA-Factory drops examples longer than the cutoff; here it receives the same chunks as every
   other method, so no tokens are lost.
+
+Run as a script (``python benchmarks/peer_packers.py --trl-child LENGTHS.npy CAPACITY``), it times
+the real ``trl.pack_dataset(strategy="bfd_split")`` on those document lengths and prints one JSON
+line. bench_packing.py starts it with the interpreter of TRL's own environment (``--trl-python``),
+so TRL and its dependencies never need to be installed beside the project; it imports nothing of
+the project.
 """
 
 from __future__ import annotations
 
+import argparse
 import bisect
+import json
+import resource
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -107,3 +118,49 @@ def llamafactory_style_greedy_knapsack(lengths: Sequence[int] | np.ndarray, capa
             knapsack.append(sorted_items.pop(index))
         knapsacks.append(knapsack)
     return knapsacks
+
+
+def trl_input(lengths: np.ndarray) -> Any:
+    """An in-memory `datasets.Dataset` with one int32 ``input_ids`` list per document, as TRL packs it."""
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    # Token ids 0..49,999 repeated (their values do not matter), made as int32 without an int64 temporary.
+    values = np.resize(np.arange(50_000, dtype=np.int32), int(offsets[-1]))
+    column = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)) if offsets[-1] >= 2**31 \
+        else pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+    return datasets.Dataset(InMemoryTable(pa.table({"input_ids": column})))
+
+
+def time_real_trl(lengths: np.ndarray, capacity: int) -> dict[str, Any]:
+    """Wall and CPU seconds of ``trl.pack_dataset(strategy="bfd_split")`` on these lengths, and its sequence count.
+
+    The dataset is built before the clock starts; a 2,000-document run first pays for imports.
+    """
+    import datasets
+    import trl
+
+    datasets.disable_progress_bars()
+    datasets.disable_caching()
+    trl.pack_dataset(trl_input(lengths[:2_000]), capacity, strategy="bfd_split")
+    dataset = trl_input(lengths)
+    cpu, start = time.process_time(), time.perf_counter()
+    packed = trl.pack_dataset(dataset, capacity, strategy="bfd_split")
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "sequences": len(packed), "trl": trl.__version__,
+            "datasets": datasets.__version__, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def main() -> None:
+    """``--trl-child LENGTHS.npy CAPACITY``: time real TRL and print one JSON line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trl-child", nargs=2, metavar=("LENGTHS_NPY", "CAPACITY"), required=True)
+    args = parser.parse_args()
+    lengths = np.load(args.trl_child[0])
+    print(json.dumps(time_real_trl(lengths, int(args.trl_child[1]))))
+
+
+if __name__ == "__main__":
+    main()

@@ -43,7 +43,7 @@ class Batch:
 
 
 def make_batch(sequences: list, store: TokenStore, length: int, pad_id: int) -> Batch:
-    """Materialize packed sequences (lists of segments) into a batch."""
+    """Materialize packed sequences (lists of segments, or (n, 3) arrays of (doc_id, start, end) rows) into a batch."""
     tokens = np.stack([materialize_tokens(seq, store, length, pad_id) for seq in sequences])
     doc_ids = np.stack([position_document_ids(seq, length) for seq in sequences])
     tokens_t, doc_ids_t = torch.from_numpy(tokens), torch.from_numpy(doc_ids)
@@ -90,7 +90,7 @@ class TrainingData:
 
     def batch(self, indices: np.ndarray) -> Batch:
         """The training batch of these sequence indices."""
-        return make_batch([self.packed[int(i)] for i in indices], self.train, self.length, self.manifest.pad_id)
+        return make_batch([self.packed.rows(int(i)) for i in indices], self.train, self.length, self.manifest.pad_id)
 
     def eval_batches(self, rank: int, world: int, batch_size: int) -> list[Batch | None]:
         """This process's share of the held-out sequences; every process gets the same number of
@@ -100,7 +100,7 @@ class TrainingData:
         batches: list[Batch | None] = []
         for r in range(rounds):
             chunk = mine[r * batch_size: (r + 1) * batch_size]
-            batches.append(make_batch([self.eval_packed[i] for i in chunk], self.heldout, self.length,
+            batches.append(make_batch([self.eval_packed.rows(i) for i in chunk], self.heldout, self.length,
                                       self.manifest.pad_id) if chunk else None)
         return batches
 

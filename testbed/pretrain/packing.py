@@ -12,12 +12,17 @@ A packed sequence is a list of `Segment(doc_id, start, end)`: tokens [start, end
 `doc_id`. Keeping the boundaries lets a trainer build a block-diagonal document mask
 (`position_document_ids`). Bin-packing methods stream in buffers of `buffer_size` documents,
 each packed on its own; concat and pad stream too, and give the same output for any buffer size.
-`iter_bin_packed_arrays` yields the same bin packings as arrays of (doc_id, start, end) rows,
-one buffer at a time, for callers that store them as arrays rather than build Segment lists.
+The array path is the primary one: `pack_arrays` returns a whole packing as columns
+(`PackedArrays`: document, start and end per piece, and each sequence's range of pieces), for
+every method, without one Python object per piece; the corpus preparation and the report use it.
+`PackedArrays.segments` builds the Segment lists for the callers that ask for them
+(`pack_documents`, `iter_packed_sequences`). `iter_bin_packed_arrays` yields the bin packings
+as (doc_id, start, end) rows one buffer at a time, for streams longer than memory.
 
 Speed: every step is vectorized per buffer (`bin_packing.best_fit_pack_arrays` places all chunks
-of one length at once; concat is one pass of cumulative sums and floor divisions); what is left
-per sequence is slicing the Segment list. See benchmarks/bench_packing.py.
+of one length at once; concat is one pass of cumulative sums and floor divisions), so the arrays
+cost about 0.3 us per document at 10^7 documents, and building Segment lists about 1 us more.
+See benchmarks/bench_packing.py and docs/performance.md.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ if TYPE_CHECKING:
     from testbed.pretrain.token_store import TokenStore
 
 __all__ = [
-    "Chunks", "PackingStats", "Segment", "best_fit_pack", "document_lengths", "iter_bin_packed_arrays",
-    "iter_packed_sequences", "materialize_tokens", "pack_documents", "position_document_ids", "split_into_chunks",
+    "Chunks", "PackedArrays", "PackingStats", "Segment", "best_fit_pack", "document_lengths", "iter_bin_packed_arrays",
+    "iter_packed_sequences", "materialize_tokens", "pack_arrays", "pack_documents", "position_document_ids",
+    "split_into_chunks",
 ]
 
 PAD_DOCUMENT_ID = -1
@@ -60,6 +66,53 @@ class Segment(NamedTuple):
     doc_id: int
     start: int
     end: int
+
+
+class PackedArrays(NamedTuple):
+    """A packing as columns: piece j is tokens [starts[j], ends[j]) of document doc_ids[j], and
+    sequence i is the pieces offsets[i]:offsets[i + 1], in placement order (all int64)."""
+
+    doc_ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def n_sequences(self) -> int:
+        """Number of packed sequences."""
+        return self.offsets.size - 1
+
+    def rows(self) -> np.ndarray:
+        """The pieces as an (n, 3) array of (doc_id, start, end) rows."""
+        return np.stack([self.doc_ids, self.starts, self.ends], axis=1)
+
+    def sequence_tokens(self) -> np.ndarray:
+        """Document tokens in each sequence (the rest of its `capacity` is padding)."""
+        tokens = np.concatenate([[0], np.cumsum(self.ends - self.starts)])
+        return np.diff(tokens[self.offsets])
+
+    def segments(self) -> list[list[Segment]]:
+        """The same packing as one list of Segments per sequence."""
+        with _gc_paused():
+            return _slices(_segment_list(self.doc_ids, self.starts, self.ends), self.offsets.tolist())
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[PackedArrays]) -> PackedArrays:
+        """The packings `parts` one after the other (their sequences in order)."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return _empty_packing()
+        # Each part's offsets start at 0: shift them by the pieces of the parts before it.
+        shifts = np.cumsum([0] + [part.doc_ids.size for part in parts[:-1]])
+        offsets = np.concatenate([[0]] + [part.offsets[1:] + shift for part, shift in zip(parts, shifts)])
+        doc_ids, starts, ends = (np.concatenate([part[column] for part in parts]) for column in range(3))
+        return cls(doc_ids, starts, ends, offsets.astype(np.int64))
+
+
+def _empty_packing() -> PackedArrays:
+    empty = np.zeros(0, dtype=np.int64)
+    return PackedArrays(empty, empty, empty, np.zeros(1, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -114,6 +167,39 @@ def pack_documents(
     return list(iter_packed_sequences(document_lengths(documents), capacity, method, buffer_size))
 
 
+def pack_arrays(
+    documents: Sequence[Sequence[int]] | Sequence[int] | np.ndarray | Iterable[int],
+    capacity: int,
+    method: str = "best_fit",
+    buffer_size: int | None = None,
+) -> PackedArrays:
+    """`pack_documents` as columns: the same sequences, with no Python object per piece.
+
+    Takes documents (token lists or lengths) or any iterable of lengths; `method` and
+    `buffer_size` mean what they mean for `pack_documents`.
+    """
+    if isinstance(documents, (np.ndarray, Sequence)):
+        lengths = document_lengths(cast(Sequence[int], documents))
+    else:
+        lengths = np.fromiter(documents, dtype=np.int64)
+    if method in BIN_PACKERS:
+        packer = BIN_PACKERS[method]
+        return PackedArrays.concatenate([_bin_packed_arrays(buffer, first_doc_id, capacity, packer)
+                                         for first_doc_id, buffer in _buffers(lengths, buffer_size)])
+    if method == "concat":
+        # concat's output does not depend on the buffer size: the whole stream is one pass.
+        sequence_ids, pieces = _concatenated_pieces(lengths, 0, 0, capacity)
+        if not sequence_ids.size:
+            return _empty_packing()
+        run_starts = np.flatnonzero(np.diff(sequence_ids)) + 1
+        return PackedArrays(*pieces, np.concatenate([[0], run_starts, [sequence_ids.size]]).astype(np.int64))
+    if method == "pad":
+        chunks = split_into_chunks(lengths, capacity)
+        offsets = np.arange(chunks.doc_ids.size + 1, dtype=np.int64)
+        return PackedArrays(chunks.doc_ids, chunks.starts, chunks.starts + chunks.lengths, offsets)
+    raise ValueError(f"unknown packing method {method!r}; expected one of {METHODS}")
+
+
 def iter_packed_sequences(
     lengths: Iterable[int], capacity: int, method: str = "best_fit", buffer_size: int | None = None
 ) -> Iterator[list[Segment]]:
@@ -127,27 +213,29 @@ def iter_packed_sequences(
     raise ValueError(f"unknown packing method {method!r}; expected one of {METHODS}")
 
 
-def position_document_ids(sequence: Sequence[Segment], capacity: int) -> np.ndarray:
+def position_document_ids(sequence: Sequence[Segment] | np.ndarray, capacity: int) -> np.ndarray:
     """Document id of every position of a packed sequence, PAD_DOCUMENT_ID (-1) on padding.
 
-    Two positions may attend to each other under a document mask iff their ids are equal
-    and not -1 (see `testbed.pretrain.attention.document_causal_mask`).
+    `sequence` is a list of Segments or an (n, 3) array of (doc_id, start, end) rows. Two
+    positions may attend to each other under a document mask iff their ids are equal and not -1
+    (see `testbed.pretrain.attention.document_causal_mask`).
     """
     ids = np.full(capacity, PAD_DOCUMENT_ID, dtype=np.int64)
     offset = 0
-    for doc_id, start, end in sequence:
+    for doc_id, start, end in _segment_rows(sequence):
         ids[offset: offset + end - start] = doc_id
         offset += end - start
     return ids
 
 
 def materialize_tokens(
-    sequence: Sequence[Segment], documents: Sequence[Sequence[int]] | TokenStore, capacity: int, pad_id: int
+    sequence: Sequence[Segment] | np.ndarray, documents: Sequence[Sequence[int]] | TokenStore, capacity: int,
+    pad_id: int,
 ) -> np.ndarray:
-    """Token ids of a packed sequence, right-padded with `pad_id` to `capacity`."""
+    """Token ids of a packed sequence (Segments or (doc_id, start, end) rows), right-padded with `pad_id`."""
     tokens = np.full(capacity, pad_id, dtype=np.int64)
     offset = 0
-    for doc_id, start, end in sequence:
+    for doc_id, start, end in _segment_rows(sequence):
         tokens[offset: offset + end - start] = np.asarray(documents[doc_id][start:end])
         offset += end - start
     return tokens
@@ -169,15 +257,27 @@ def iter_bin_packed_arrays(
         yield _bin_packed_rows(buffer, first_doc_id, capacity, BIN_PACKERS[method])
 
 
+def _segment_rows(sequence: Sequence[Segment] | np.ndarray) -> Iterable[Sequence[int]]:
+    # Rows of an array as lists of Python ints (slicing and indexing with them is the cheap path).
+    return sequence.tolist() if isinstance(sequence, np.ndarray) else sequence
+
+
+def _bin_packed_arrays(
+    buffer: np.ndarray, first_doc_id: int, capacity: int, packer: Callable[[np.ndarray, int], PackedBins]
+) -> PackedArrays:
+    # One buffer's pieces in sequence order: chunk, pack the chunk lengths, gather by the packing.
+    chunks = split_into_chunks(buffer, capacity, first_doc_id)
+    packed = packer(chunks.lengths, capacity)
+    starts = chunks.starts[packed.items]
+    return PackedArrays(chunks.doc_ids[packed.items], starts, starts + chunks.lengths[packed.items], packed.offsets)
+
+
 def _bin_packed_rows(
     buffer: np.ndarray, first_doc_id: int, capacity: int, packer: Callable[[np.ndarray, int], PackedBins]
 ) -> tuple[np.ndarray, np.ndarray]:
     # One buffer's (doc_id, start, end) rows in sequence order, and its sequence offsets.
-    chunks = split_into_chunks(buffer, capacity, first_doc_id)
-    packed = packer(chunks.lengths, capacity)
-    starts = chunks.starts[packed.items]
-    return np.stack([chunks.doc_ids[packed.items], starts, starts + chunks.lengths[packed.items]], axis=1), \
-        packed.offsets
+    packed = _bin_packed_arrays(buffer, first_doc_id, capacity, packer)
+    return packed.rows(), packed.offsets
 
 
 def _buffers(lengths: Iterable[int], buffer_size: int | None) -> Iterator[tuple[int, np.ndarray]]:
@@ -245,10 +345,8 @@ def _iter_bin_packed(
 def _bin_packed_sequences(
     buffer: np.ndarray, first_doc_id: int, capacity: int, packer: Callable[[np.ndarray, int], PackedBins]
 ) -> list[list[Segment]]:
-    rows, offsets = _bin_packed_rows(buffer, first_doc_id, capacity, packer)
-    # Rows already in sequence order, so each sequence is one slice of the segment list.
-    with _gc_paused():
-        return _slices(_segment_list(rows[:, 0], rows[:, 1], rows[:, 2]), offsets.tolist())
+    # Pieces already in sequence order, so each sequence is one slice of the segment list.
+    return _bin_packed_arrays(buffer, first_doc_id, capacity, packer).segments()
 
 
 def _iter_concatenated(lengths: Iterable[int], capacity: int, block_size: int) -> Iterator[list[Segment]]:
@@ -284,6 +382,14 @@ def _iter_concatenated(lengths: Iterable[int], capacity: int, block_size: int) -
 def _concatenated_segments(
     lengths: np.ndarray, first_doc_id: int, stream_offset: int, capacity: int
 ) -> tuple[np.ndarray, list[Segment]]:
+    sequence, pieces = _concatenated_pieces(lengths, first_doc_id, stream_offset, capacity)
+    return sequence, _segment_list(*pieces)
+
+
+def _concatenated_pieces(
+    lengths: np.ndarray, first_doc_id: int, stream_offset: int, capacity: int
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    # The sequence of every piece, and the pieces' (doc_id, start, end) columns.
     # The stream is cut at every multiple of `capacity`: a document on stream tokens [s, e)
     # falls into sequences s // L .. (e - 1) // L, and its piece in sequence q is
     # [max(s, q L), min(e, (q + 1) L)). One pass of cumulative sums and floor divisions, no sort.
@@ -298,7 +404,7 @@ def _concatenated_segments(
     offsets = doc_starts[local_doc]
     starts = np.maximum(offsets, sequence * capacity) - offsets
     ends = np.minimum(doc_ends[local_doc], (sequence + 1) * capacity) - offsets
-    return sequence, _segment_list(local_doc + first_doc_id, starts, ends)
+    return sequence, (local_doc + first_doc_id, starts, ends)
 
 
 def _runs(values: np.ndarray) -> list[int]:

@@ -46,7 +46,7 @@ from testbed.pretrain.corpus_cache import (
     publish,
     record_digests,
 )
-from testbed.pretrain.packing import METHODS, PackingStats, Segment, iter_packed_sequences
+from testbed.pretrain.packing import METHODS, PackedArrays, PackingStats, Segment, pack_arrays
 from testbed.pretrain.sink_task import task_documents
 from testbed.pretrain.token_store import TokenStore, TokenStoreWriter
 from testbed.pretrain.tokenizer import BOS, END_OF_TEXT, PAD, save_tokenizer, special_id, train_tokenizer
@@ -91,6 +91,11 @@ class PackedSequences:
         return cls(np.asarray(offsets, dtype=np.int64), np.asarray(rows, dtype=np.int64).reshape(-1, 3))
 
     @classmethod
+    def from_arrays(cls, packed: PackedArrays) -> PackedSequences:
+        """The stored form of a packing given as columns (`testbed.pretrain.packing.pack_arrays`)."""
+        return cls(packed.offsets.astype(np.int64, copy=False), packed.rows().astype(np.int64, copy=False))
+
+    @classmethod
     def load(cls, prefix: Path) -> PackedSequences:
         return cls(np.load(f"{prefix}.packed.offsets.npy", mmap_mode="r"),
                    np.load(f"{prefix}.packed.segments.npy", mmap_mode="r"))
@@ -103,8 +108,11 @@ class PackedSequences:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> list[Segment]:
-        rows = self.segments[int(self.offsets[index]): int(self.offsets[index + 1])]
-        return [Segment(int(d), int(s), int(e)) for d, s, e in rows]
+        return [Segment(d, s, e) for d, s, e in self.rows(index).tolist()]
+
+    def rows(self, index: int) -> np.ndarray:
+        """Sequence ``index`` as an (n, 3) array of (doc_id, start, end) rows (no Segment objects)."""
+        return self.segments[int(self.offsets[index]): int(self.offsets[index + 1])]
 
 
 def prepare_corpus(folder: Path, config: PretrainConfig, seed: int) -> dict[str, np.ndarray] | None:
@@ -150,11 +158,10 @@ def _build(partial: Path, config: PretrainConfig, seed: int) -> None:
 
 def _pack(partial: Path, config: PretrainConfig, train: TokenStore, heldout: TokenStore) -> None:
     length = config.context_length
-    packed = PackedSequences.from_sequences(
-        iter_packed_sequences(train.lengths.tolist(), length, config.packing.method, config.packing.buffer_size))
-    packed.save(partial / "train")
-    eval_lengths = heldout.lengths[: config.eval_documents].tolist()
-    PackedSequences.from_sequences(iter_packed_sequences(eval_lengths, length, "best_fit")).save(partial / "heldout")
+    packed = pack_arrays(train.lengths, length, config.packing.method, config.packing.buffer_size)
+    PackedSequences.from_arrays(packed).save(partial / "train")
+    eval_lengths = heldout.lengths[: config.eval_documents]
+    PackedSequences.from_arrays(pack_arrays(eval_lengths, length, "best_fit")).save(partial / "heldout")
 
 
 def _write_manifest(partial: Path, config: PretrainConfig, vocab_size: int, eos_id: int, pad_id: int,
@@ -242,10 +249,10 @@ def packing_report_arrays(lengths: np.ndarray, capacity: int, buffer_size: int |
     """Packing statistics of every method on these documents, side by side, and the length histograms' data."""
     stats, arrays = [], {}
     for method in METHODS:
-        sequences = list(iter_packed_sequences(lengths.tolist(), capacity, method, buffer_size))
-        stats.append(PackingStats.from_sequences(sequences, lengths, capacity).as_dict())
-        arrays[f"sequence_tokens_{method}"] = np.asarray([sum(e - s for _, s, e in seq) for seq in sequences],
-                                                         dtype=np.int64)
+        packed = pack_arrays(lengths, capacity, method, buffer_size)
+        stats.append(PackingStats.from_segment_documents(packed.doc_ids, packed.n_sequences, lengths, capacity)
+                     .as_dict())
+        arrays[f"sequence_tokens_{method}"] = packed.sequence_tokens().astype(np.int64)
     names = list(stats[0])
     arrays.update({
         "document_lengths": np.asarray(lengths, dtype=np.int64),
