@@ -28,6 +28,8 @@ window.addEventListener('load', () => {
       return rest.length === 0 || rest.every(c => c.textContent.trim() === '' && !c.querySelector('img'));
     }).map(s => (s.querySelector('h2') || {}).textContent || '?'),
     sections: [...document.querySelectorAll('section h2')].map(h => h.textContent),
+    section_tops: [...document.querySelectorAll('section h2')].map(
+      h => h.getBoundingClientRect().top + window.scrollY),
     tables: document.querySelectorAll('table').length,
   };
   const out = document.createElement('pre');
@@ -46,11 +48,16 @@ class Page:
     images: list[dict]
     empty: list[str]
     sections: list[str]
+    section_tops: list[float]
     tables: int
 
     def first_screen(self) -> list[str]:
         """The images whose top edge lies within the first window height."""
         return [i["src"] for i in self.images if i["top"] < WINDOW[1]]
+
+    def sections_on_first_screen(self) -> list[str]:
+        """The sections whose heading lies within the first window height."""
+        return [title for title, top in zip(self.sections, self.section_tops) if top < WINDOW[1]]
 
 
 def chromium(*args: str) -> str:

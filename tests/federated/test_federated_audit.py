@@ -29,6 +29,8 @@ from testbed.federated.privacy_report import verdict_words
 from testbed.privacy import one_run
 from testbed.privacy.one_run import audit_power, canaries_needed, verdict
 from testbed.seeding import SeedTree
+from tests.browser import open_report
+from tests.conftest import requires_chromium
 from tests.core.test_bad_input_corpus import Case, assert_refused_cleanly
 from tests.federated.test_federated_runs import _rounds, _testbed
 
@@ -46,7 +48,7 @@ AUDITED: dict[str, Any] = {
     "federated": {"rounds": 10, "local_epochs": 1, "strategy": {"name": "fedavg"}, "sampling": {"fraction": 0.5},
                   "privacy": {"mode": "central", "clipping": "fixed", "clip_on": "server", "noise_multiplier": 2.5,
                               "clipping_norm": 1.0, "delta": 1.0e-5, "audit": {"canaries": 1000}}},
-    "report": {"kind": "robustness"},
+    "report": {"kind": "privacy"},
 }
 
 
@@ -97,6 +99,18 @@ def test_the_audit_finds_noise_drawn_but_not_added_and_passes_the_correct_mechan
     assert broken["privacy.audit.epsilon_lower_bound"] > broken["epsilon"]
     assert "Consistent:" in correct_page and "Violation:" not in correct_page
     assert "Violation: the mechanism leaks more than accounted" in broken_page
+
+
+@pytest.mark.integration
+@requires_chromium
+def test_the_privacy_page_answers_epsilon_and_its_audit_on_the_first_screen(correct_run):
+    page = open_report(correct_run / "report")
+
+    assert page.sections[:2] == ["Answer", "Privacy"]
+    assert {"Answer", "Privacy"} <= set(page.sections_on_first_screen())
+    html = (correct_run / "report" / "index.html").read_text()
+    answer = html.split("<h2>Answer</h2>")[1].split("</section>")[0]
+    assert "Privacy spent</b>: epsilon 3.27" in answer and "<b>Audit</b>: consistent" in answer
 
 
 @pytest.mark.integration
