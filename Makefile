@@ -32,10 +32,10 @@ lint: $(STAMP)
 check: lint
 	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q -m "unit and not slow" -n 2
 
-# Two workers, as CI has two cores: the tests sharing a wide fixture (or the cluster) share a worker
-# (tests/conftest.py, _xdist_group); the others go to whichever worker is free.
+# Two workers, as CI has two cores, each test file on one (its module fixtures start once) and the
+# cluster tests one at a time (tests/conftest.py, xdist_scope).
 test: lint
-	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	TESTBED_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -q -n 2 --dist loadscope
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -134,44 +134,48 @@ def _tier(item: pytest.Item) -> str:
     return "unit"
 
 
-# Fixtures whose processes are machine-wide (a `ray start` head on its default port, an emulated
-# multi-node cluster): the tests using them run on one pytest-xdist worker, one at a time.
+# How `make test` spreads the suite over two pytest-xdist workers (``-n 2 --dist loadscope``, whose
+# scheduler `pytest_xdist_make_scheduler` replaces): by test file, so that a module-scoped fixture
+# (a Flower run several tests read) starts once; the cluster tier and the files that emulate a cluster
+# as one scope, one test at a time (a `ray start` head and the network namespaces are machine-wide);
+# the files whose tests are independent and long (one per paper's claims) test by test. The scheduler
+# sees node ids only, so these are paths; `pytest_collection_modifyitems` checks that every test using
+# a machine-wide fixture is in a cluster-scoped file. (pytest-xdist's own ``xdist_group`` marks cannot
+# do it: xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads.)
 MACHINE_WIDE_FIXTURES = frozenset({"emulated_cluster", "three_node_cluster"})
-# Wide fixtures every test uses and each worker may have its own of (a temporary cache folder).
-PER_WORKER_FIXTURES = frozenset({"own_cache_folder"})
+CLUSTER_SCOPED = ("tests/cluster/", "tests/core/test_engines.py")
+TEST_BY_TEST = ("tests/claims/test_reproduce_test_size.py",)
 
 
-def _xdist_group(item: pytest.Item, tier: str) -> str | None:
-    """The worker group of a test under ``--dist loadgroup``: the cluster tier and users of a
-    machine-wide fixture share one worker; a test using a module- or session-scoped fixture of the
-    suite runs beside the other users of that fixture (so it starts once, not once per worker);
-    every other test goes to whichever worker is free."""
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if tier == "cluster" or MACHINE_WIDE_FIXTURES & fixtures:
+def xdist_scope(nodeid: str) -> str:
+    """The scope of a test: the tests of one scope run one after another on one worker."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(CLUSTER_SCOPED):
         return "cluster"
-    info = getattr(item, "_fixtureinfo", None)
-    shared = []
-    for name, definitions in (info.name2fixturedefs.items() if info else ()):
-        definition = definitions[-1]
-        # pytest's own wide fixtures (tmp_path_factory, ...) cost nothing; the suite's own do.
-        if (definition.scope in ("module", "package", "session") and definition.baseid
-                and name not in PER_WORKER_FIXTURES):
-            shared.append((definition.scope == "session", name, definition.baseid))
-    if not shared:
-        return None
-    session, name, where = max(shared)
-    return f"session:{name}" if session else f"module:{where}"
+    return nodeid if path in TEST_BY_TEST else path
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadscope":
+        return None  # xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return SuiteScopes(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    spread = config.pluginmanager.hasplugin("xdist")
     for item in items:
         tier = _tier(item)
         if not item.get_closest_marker(tier):
             item.add_marker(tier)
-        group = _xdist_group(item, tier) if spread else None
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if MACHINE_WIDE_FIXTURES & set(getattr(item, "fixturenames", ())) and xdist_scope(item.nodeid) != "cluster":
+            raise pytest.UsageError(f"{item.nodeid} uses a machine-wide fixture: add its file to CLUSTER_SCOPED "
+                                    "in tests/conftest.py, so that two workers never start one at once")
 
 
 def _refuse(what: str, seen: list[str]):
