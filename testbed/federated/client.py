@@ -31,16 +31,17 @@ PARTITION_KEY = "partition-id"  # the reply metric the server orders replies by
 
 
 @lru_cache(maxsize=4)
-def setup_of(scenario_json: str) -> FederationSetup:
-    """The federation's setup from the scenario text the client app carries: validated once per
-    process, not once per message (at 10^5 clients a round is 10^5 messages)."""
-    return federation_setup(Scenario.model_validate(json.loads(scenario_json)))
+def setup_of(scenario_json: str, held_back: int) -> FederationSetup:
+    """The federation's setup from the scenario text (and the samples its strategy holds back for the
+    server) the client app carries: validated once per process, not once per message (at 10^5
+    clients a round is 10^5 messages)."""
+    return federation_setup(Scenario.model_validate(json.loads(scenario_json)), held_back)
 
 
 @lru_cache(maxsize=256)
-def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
+def poisoned_client_data(scenario_json: str, held_back: int, partition_id: int) -> Dataset:
     """A client's data, with its labels flipped once and for all if it is a data-poisoning attacker."""
-    setup = setup_of(scenario_json)
+    setup = setup_of(scenario_json, held_back)
     data = setup.client_data(partition_id)
     assert setup.scenario.federated is not None  # a federated scenario
     attack = setup.scenario.federated.attack
@@ -53,13 +54,13 @@ def poisoned_client_data(scenario_json: str, partition_id: int) -> Dataset:
     return Dataset(data.name, data.x, labels.numpy(), data.num_classes, data.image_shape)
 
 
-def client_train(scenario_json: str, msg: Message, context: Context) -> Message:
+def client_train(scenario_json: str, held_back: int, msg: Message, context: Context) -> Message:
     """Handle one training message: local epochs from the received global model."""
     partition_id = int(context.node_config[PARTITION_KEY])
-    setup = setup_of(scenario_json)
+    setup = setup_of(scenario_json, held_back)
     server_round = int(msg.content["config"]["server-round"])  # type: ignore[arg-type]  # flwr: values of any record
     inject_fault(setup, partition_id, server_round)
-    data = poisoned_client_data(scenario_json, partition_id)
+    data = poisoned_client_data(scenario_json, held_back, partition_id)
     generator = setup.seeds.child(f"client.{partition_id}").torch(f"round.{server_round}")
     assert setup.scenario.federated is not None  # a federated scenario
     federated = setup.scenario.federated
@@ -89,13 +90,19 @@ def inject_fault(setup: FederationSetup, partition_id: int, server_round: int) -
 
 
 def make_client_app(scenario: Scenario) -> ClientApp:
-    """A ClientApp for the scenario; it carries only the scenario text (data loads in each worker)."""
+    """A ClientApp for the scenario; it carries only the scenario text (data loads in each worker)
+    and the samples the strategy holds back for the server, read here from its declaration (a worker
+    may not have a plugin strategy installed)."""
+    from testbed.federated.strategies import server_samples
+
     scenario_json = json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
+    assert scenario.federated is not None  # a federated scenario
+    held_back = server_samples(scenario.federated.strategy)
     app = ClientApp()
 
     @app.train(mods=client_mods(scenario))  # Flower's DP mods when federated.privacy asks for them
     def train(msg: Message, context: Context) -> Message:
-        return client_train(scenario_json, msg, context)
+        return client_train(scenario_json, held_back, msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:

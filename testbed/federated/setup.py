@@ -84,9 +84,17 @@ def federation_seeds(scenario: Scenario) -> SeedTree:
     return SeedTree(scenario.seed, strict=True)
 
 
-def federation_setup(scenario: Scenario) -> FederationSetup:
-    """The (cached) setup of a scenario."""
-    return _cached_setup(json.dumps(scenario.model_dump(mode="json"), sort_keys=True))
+def federation_setup(scenario: Scenario, held_back: int | None = None) -> FederationSetup:
+    """The (cached) setup of a scenario. ``held_back``: the training samples its strategy keeps for
+    the server (`StrategyPlugin.server_samples`) as the process that built the client app read it, so
+    that a worker partitions alike without the strategy's declaration (a plugin strategy may be
+    installed on the driver only); None: read from the declaration here."""
+    if held_back is None:
+        from testbed.federated.strategies import server_samples  # the registry imports the setup's types
+
+        assert scenario.federated is not None  # a federated scenario
+        held_back = server_samples(scenario.federated.strategy)
+    return _cached_setup(json.dumps(scenario.model_dump(mode="json"), sort_keys=True), held_back)
 
 
 # The most memory the replicated training split (`data.replicate`) may take.
@@ -102,7 +110,7 @@ def _loaded(data_json: str) -> Dataset:
 
 
 @lru_cache(maxsize=4)
-def _cached_setup(scenario_json: str) -> FederationSetup:
+def _cached_setup(scenario_json: str, root_size: int) -> FederationSetup:
     scenario = Scenario.model_validate(json.loads(scenario_json))
     assert scenario.federated is not None  # a federated scenario: the runner fills in the block's defaults
     seeds = federation_seeds(scenario)
@@ -116,9 +124,6 @@ def _cached_setup(scenario_json: str) -> FederationSetup:
                                  f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
         train = train.subset(np.tile(np.arange(len(train.y)), repeat))
     root = None
-    from testbed.federated.strategies import server_samples  # the registry imports the setup's types
-
-    root_size = server_samples(scenario.federated.strategy)
     if root_size:  # a strategy that trains on a server-held set (FLTrust's root set)
         train, root = _carve(train, root_size, seeds.numpy(ROOT_SET.path))
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,

@@ -58,11 +58,11 @@ def test_attackers_train_on_triggered_data_and_model_replacement_uploads_the_boo
     (attacker,) = setup.malicious
     honest = next(p for p in range(5) if p != attacker)
     scenario_json = json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
-    poisoned = poisoned_client_data(scenario_json, attacker)
+    poisoned = poisoned_client_data(scenario_json, 0, attacker)
     clean = setup.client_data(attacker)
     changed = (poisoned.y != clean.y) | (poisoned.x != clean.x).reshape(len(clean.y), -1).any(axis=1)
     assert 0.3 < changed.mean() < 0.7 and (poisoned.x[changed][:, :, -2:, -2:] == setup.train.x.max()).all()
-    assert (poisoned_client_data(scenario_json, honest).y == setup.client_data(honest).y).all()
+    assert (poisoned_client_data(scenario_json, 0, honest).y == setup.client_data(honest).y).all()
     g, local = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
     assert torch.equal(boosted_upload(setup, attacker, g, local)["w"], torch.full((2,), 5.0))  # N / m = 5 / 1
     assert boosted_upload(setup, honest, g, local) is local
