@@ -39,3 +39,16 @@ def single_threaded() -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextmanager
+def numpy_seeded(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded for the block (Flower's DP noise draws from it), then restored."""
+    import numpy as np
+
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)

@@ -1,5 +1,7 @@
-"""A one-run canary audit of a federated run's central DP (``federated.privacy.audit``), in the run
-itself (Steinke, Nasr, Jagielski, NeurIPS 2023; the statistics are `testbed.privacy.one_run`).
+"""A one-run canary audit of a federated run's DP (``federated.privacy.audit``), in the run itself
+(Steinke, Nasr, Jagielski, NeurIPS 2023; the statistics are `testbed.privacy.one_run`): canary
+clients for central DP (``kind: client``, below) and sample canaries for local DP (``kind: sample``,
+`SampleCanaryAudit`).
 
 ```yaml
 federated:
@@ -54,6 +56,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
+from testbed.determinism import numpy_seeded
 from testbed.federated.config import AuditConfig, PrivacyConfig
 from testbed.privacy.one_run import audit_power, canaries_needed, epsilon_lower_bound, verdict
 from testbed.seeding import SeedTree, stream
@@ -61,10 +64,12 @@ from testbed.seeding import SeedTree, stream
 DIRECTIONS = stream("privacy.audit/directions", "the canary clients' update directions (random unit vectors)")
 INCLUDED = stream("privacy.audit/included", "which canary clients are in the population (probability 1/2 each)")
 CANARY_ROUND = stream("privacy.audit/round.{}", "which included canary clients a round samples (probability q)")
+CANARY_NOISE = stream("privacy.audit/canary.{}.round.{}", "a sample canary client's local-DP noise in a round")
 
 # The crafted update's norm in units of C on server-side clipping: above C, so that Flower's wrapper
 # itself clips it, to exactly C.
 OVERSHOOT = 2.0
+ABSENT = 1e-3  # a sample canary's update without its sample, relative to the crafted one
 PREFIX = "privacy.audit."
 
 
@@ -167,3 +172,46 @@ class CanaryAudit:
     def restore(self, state: dict[str, Any]) -> None:
         if "audit_scores" in state:
             self.scores = np.asarray(state["audit_scores"], dtype=np.float64)
+
+
+class SampleCanaryAudit(CanaryAudit):
+    """``kind: sample``, the audit of local DP (Flower's ``LocalDpMod``): ``canaries`` canary clients
+    that take part in every round, each holding one canary sample with probability 1/2. With its
+    sample a canary's update is the crafted 2 C u_i, which the mod clips to exactly C; without it,
+    none: the mod's input differs by exactly its sensitivity C, and a canary replies in every round
+    either way (under local DP the server sees who replies, so a canary's presence may not tell). The
+    accountant of local DP composes every round at q = 1, what each canary goes through. Every
+    release passes through the run's own ``LocalDpMod``, its noise seeded per canary and round.
+
+    Adversary: local DP's, the server itself, which sees each client's release: it scores canary i
+    by sum_t <release_{i,t} - global_t, u_i>. Its releases join the round's replies with weight 1,
+    as any client's would."""
+
+    def releases(self, server_round: int, current: ArrayRecord, real: Sequence[Message], weight_key: str,
+                 local_dp: Any) -> list[Message]:
+        """Every canary's release in ``server_round``, through ``local_dp`` (a ``LocalDpMod``), its
+        scores updated with what the server sees."""
+        from flwr.app import Context
+
+        if not real:
+            return []
+        start = flat(current)
+        u = self.directions(start.size)
+        arrays_name = next(iter(real[0].content.array_records))
+        metrics_name, metrics = next(iter(real[0].content.metric_records.items()))
+        asked = Message(RecordDict({arrays_name: current}), dst_node_id=0, message_type="train")
+        context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
+        out = []
+        for i in range(self.config.canaries):
+            # Without its sample a canary has no update; Flower's clipping divides by the update's norm,
+            # so "none" is sent as a thousandth of the crafted one (what survives float32 parameters):
+            # the two inputs differ by 0.998 C, within the sensitivity C the accountant counts.
+            update = (self.norm if self.included[i] else self.norm * ABSENT) * u[i].astype(np.float64)
+            reply = Message(RecordDict({arrays_name: unflat(start + update, current),
+                                        metrics_name: MetricRecord({**metrics, weight_key: 1})}), reply_to=asked)
+            with numpy_seeded(self.seeds.integer(f"canary.{i}.round.{server_round}")):
+                released = local_dp(asked, context, lambda _msg, _ctx, answer=reply: answer)
+            out.append(released)
+            seen = flat(next(iter(released.content.array_records.values()))) - start
+            self.scores[i] += float(u[i] @ seen.astype(np.float32))
+        return out

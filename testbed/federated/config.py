@@ -91,7 +91,9 @@ class AuditConfig(StrictModel):
 
     canaries: int = Field(gt=0, description="canary clients (about 1000 test an epsilon near 4.5 at delta 1e-5)")
     kind: Literal["client", "sample"] = Field(
-        "client", description="client: canary clients for central DP; sample: canary samples for local DP (not yet)")
+        "client", description=("client: canary clients, in the population or not, for central DP; sample: canary "
+                               "clients that always take part, each with its one canary sample or without it, "
+                               "their every release through Flower's LocalDpMod, for local DP"))
     significance: float = Field(0.05, gt=0, lt=1, description="the lower bound holds with probability 1 - this")
 
 

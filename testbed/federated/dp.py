@@ -11,18 +11,18 @@ it is the one the accountant counts: `testbed.federated.audit`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 from flwr.clientapp import mod
 from flwr.serverapp import Grid
 from flwr.serverapp import strategy as flower
 from flwr.serverapp.strategy import Strategy
 
-from testbed.federated.audit import CanaryAudit, flat, unflat
+from testbed.determinism import numpy_seeded
+from testbed.federated.audit import CanaryAudit, SampleCanaryAudit, flat, unflat
+from testbed.federated.config import PrivacyConfig
 from testbed.federated.privacy import clients_per_round, sampling_rate
 from testbed.federated.setup import federation_seeds
 from testbed.scenario import Scenario
@@ -32,25 +32,20 @@ CENTRAL_NOISE = stream("privacy/round.{}", "the central-DP noise Flower's wrappe
 LOCAL_NOISE = stream("privacy.local/client.{}.round.{}", "a client's local-DP noise in a round")
 
 
-@contextmanager
-def numpy_seeded(seed: int) -> Iterator[None]:
-    """numpy's global generator seeded for the block (Flower's DP noise draws from it), then restored."""
-    state = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(state)
-
-
 def private_strategy(inner: Strategy, scenario: Scenario) -> Strategy:
     """``inner`` wrapped in Flower's central-DP wrapper the scenario asks for (unchanged without
     central DP), its noise seeded per round."""
     federated = scenario.federated
     assert federated is not None  # a federated scenario
     config = federated.privacy
-    if config is None or config.mode != "central":
+    if config is None:
         return inner
+    if config.mode == "local":
+        if config.audit is None:
+            return inner
+        canaries = SampleCanaryAudit(config.audit, config, 1.0, federation_seeds(scenario).child("privacy.audit"),
+                                     clip_on_server=True)  # OVERSHOOT: LocalDpMod clips it to exactly C
+        return LocallyAudited(inner, canaries, local_dp_mod(config), getattr(inner, "weighted_by_key", "num-examples"))
     m = clients_per_round(federated, scenario.data.num_clients)
     wrapped: Strategy
     if config.clipping == "fixed":
@@ -142,16 +137,61 @@ class SeededPrivacy(Strategy):
         self.dp.summary()
 
 
+class LocallyAudited(Strategy):
+    """Local DP's audit (``privacy.audit.kind: sample``): each round, every sample canary's release,
+    made by the run's own ``LocalDpMod`` (`testbed.federated.audit.SampleCanaryAudit`), joins the real
+    clients' releases before ``inner`` aggregates them. `state` / `restore`: the audit's scores."""
+
+    def __init__(self, inner: Strategy, audit: SampleCanaryAudit, local_dp: Any, weight_key: str) -> None:
+        self.inner, self.audit, self.local_dp, self.weight_key = inner, audit, local_dp, weight_key
+        self.current = ArrayRecord()
+
+    def state(self) -> dict[str, Any]:
+        return self.audit.state()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.audit.restore(state)
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self.current = arrays
+        return self.inner.configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        canaries = self.audit.releases(server_round, self.current, replies, self.weight_key, self.local_dp)
+        return self.inner.aggregate_train(server_round, replies + canaries)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return self.inner.aggregate_evaluate(server_round, replies)
+
+    def summary(self) -> None:
+        self.inner.summary()
+
+
 def dp_checkpoint(strategy: Strategy) -> dict[str, Any]:
-    """What a checkpoint keeps of the DP wrapper (adaptive clipping's current norm); empty without one."""
-    return {"dp_state": strategy.state()} if isinstance(strategy, SeededPrivacy) else {}
+    """What a checkpoint keeps of the DP wrapper (adaptive clipping's current norm, an audit's scores);
+    empty without one."""
+    return {"dp_state": strategy.state()} if isinstance(strategy, SeededPrivacy | LocallyAudited) else {}
 
 
 def restore_dp(strategy: Strategy, checkpoint: dict[str, Any] | None) -> None:
     """Put a checkpoint's DP state (`dp_checkpoint`) back into the wrapper, so a resumed run clips as
     the uninterrupted one would."""
-    if isinstance(strategy, SeededPrivacy) and checkpoint is not None and "dp_state" in checkpoint:
+    if isinstance(strategy, SeededPrivacy | LocallyAudited) and checkpoint is not None and "dp_state" in checkpoint:
         strategy.restore(checkpoint["dp_state"])
+
+
+def local_dp_mod(config: PrivacyConfig) -> Any:
+    """Flower's ``LocalDpMod`` for the privacy block: clipping norm C, and the epsilon for which the
+    mod's std = sensitivity * sqrt(2 ln(1.25 / delta)) / epsilon comes out as z * C."""
+    epsilon = math.sqrt(2 * math.log(1.25 / config.delta)) / config.noise_multiplier
+    return mod.LocalDpMod(config.clipping_norm, config.clipping_norm, epsilon, config.delta)
 
 
 def client_mods(scenario: Scenario) -> list[Callable[..., Any]]:
@@ -165,9 +205,7 @@ def client_mods(scenario: Scenario) -> list[Callable[..., Any]]:
         if config.clip_on == "server":
             return []
         return [mod.fixedclipping_mod if config.clipping == "fixed" else mod.adaptiveclipping_mod]
-    # LocalDpMod draws std = sensitivity * sqrt(2 ln(1.25/delta)) / epsilon: epsilon chosen so that std = z * C.
-    epsilon = math.sqrt(2 * math.log(1.25 / config.delta)) / config.noise_multiplier
-    local = mod.LocalDpMod(config.clipping_norm, config.clipping_norm, epsilon, config.delta)
+    local = local_dp_mod(config)
     seeds = federation_seeds(scenario).child("privacy.local")
 
     def seeded_local_dp(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:

@@ -180,12 +180,12 @@ def _check_audit(config: PrivacyConfig, strategy: str) -> None:
     audit = config.audit
     if audit is None:
         return
-    if audit.kind == "sample":
-        raise ValueError("privacy.audit.kind: sample (canary samples for local DP) is not supported yet; "
-                         "use kind: client with mode: central")
-    if config.mode != "central":
+    if audit.kind == "sample" and config.mode != "local":
+        raise ValueError("privacy.audit.kind: sample canaries audit local DP (LocalDpMod), but privacy.mode is "
+                         "central; use kind: client")
+    if audit.kind == "client" and config.mode != "central":
         raise ValueError("privacy.audit.kind: client canaries audit central DP, but privacy.mode is local; "
-                         "use mode: central")
+                         "use kind: sample")
     if config.clipping != "fixed":
         raise ValueError("privacy.audit: the canary audit needs clipping: fixed (adaptive clipping's norm would "
                          "follow the canaries' updates)")

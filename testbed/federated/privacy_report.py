@@ -53,7 +53,7 @@ class PrivacySection(ReportSection):
                    {"epsilon": ([float(r["round"]) for r in rounds], xs)}, ylabel=f"epsilon (delta {config.delta:g})")
         note = ("<p>Accounting: RDP of the sampled Gaussian mechanism (opacus), composed over rounds, "
                 "add/remove-one-client neighbours (testbed.federated.privacy).</p>")
-        return (table(rows, ("measure", "value")) + note + audit_html(rounds[-1], config.delta)
+        return (table(rows, ("measure", "value")) + note + audit_html(rounds[-1], config.delta, config.mode)
                 + image("accuracy-vs-epsilon.png", "test accuracy against epsilon")
                 + image("epsilon-per-round.png", "epsilon over rounds"))
 
@@ -61,7 +61,7 @@ class PrivacySection(ReportSection):
 AUDIT = "privacy.audit."
 
 
-def audit_html(last: dict[str, Any], delta: float) -> str:
+def audit_html(last: dict[str, Any], delta: float, mode: str = "central") -> str:
     """The canary audit's table and its verdict in words ("" for a run without ``privacy.audit``)."""
     if f"{AUDIT}verdict" not in last:
         return ""
@@ -73,11 +73,16 @@ def audit_html(last: dict[str, Any], delta: float) -> str:
         (f"empirical lower bound on epsilon (confidence {confidence:.0%})", get("epsilon_lower_bound")),
         ("audit power (the most any attacker could show)", get("power")),
         ("verdict", get("verdict"))]
-    return ("<h3>Audit (one run, client-level canaries)</h3>" + table(rows, ("measure", "value"))
+    how = ("Canary clients send a fixed random direction through Flower's DP wrapper with the real "
+           "clients; the adversary sees only the released global models and scores each canary by the "
+           "sum over rounds of the model's step along its direction" if mode == "central" else
+           "Canary clients reply in every round, with their one canary sample (a fixed random direction) or "
+           "without it, through the run's LocalDpMod; the adversary, the server, sees each release and scores "
+           "each canary by the sum over rounds of its release's step along its direction")
+    title = "client-level canaries" if mode == "central" else "sample canaries, local DP"
+    return (f"<h3>Audit (one run, {title})</h3>" + table(rows, ("measure", "value"))
             + f"<p>{verdict_words(last, delta)}</p>"
-            + "<p>Canary clients send a fixed random direction through Flower's DP wrapper with the real "
-              "clients; the adversary sees only the released global models and scores each canary by the "
-              "sum over rounds of the model's step along its direction (Steinke, Nasr and Jagielski 2023: "
+            + f"<p>{how} (Steinke, Nasr and Jagielski 2023: "
               "testbed.federated.audit).</p>")
 
 

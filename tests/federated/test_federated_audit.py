@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 from flwr.app import Array, ArrayRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp.mod import localdp_mod
 from flwr.serverapp.strategy import (
     DifferentialPrivacyClientSideFixedClipping,
     DifferentialPrivacyServerSideFixedClipping,
@@ -99,6 +100,41 @@ def test_the_audit_finds_noise_drawn_but_not_added_and_passes_the_correct_mechan
     assert broken["privacy.audit.epsilon_lower_bound"] > broken["epsilon"]
     assert "Consistent:" in correct_page and "Violation:" not in correct_page
     assert "Violation: the mechanism leaks more than accounted" in broken_page
+
+
+# Local DP (LocalDpMod) at z = 5 over 10 rounds: the accountant composes every round at q = 1 (2.81 at
+# delta 1e-5), below the power of the 1000 sample canaries.
+LOCAL: dict[str, Any] = {**AUDITED, "name": "fed-local-audit-tiny", "federated": {
+    **AUDITED["federated"], "privacy": {"mode": "local", "noise_multiplier": 5.0, "clipping_norm": 1.0,
+                                       "delta": 1.0e-5, "audit": {"canaries": 1000, "kind": "sample"}}}}
+
+
+@pytest.mark.integration
+def test_the_sample_canaries_find_local_dp_noise_drawn_but_not_added(cli, tmp_path, monkeypatch):
+    scenario = tmp_path / "local.yaml"
+    scenario.write_text(yaml.safe_dump(LOCAL))
+    code, _, err = cli("run", scenario, "--run-dir", tmp_path / "correct", "--quiet")
+    assert code == 0, err
+    drawn: list[float] = []
+
+    def drawn_not_added(arrays: list[np.ndarray], std: float) -> None:
+        for array in arrays:  # drawn as the mod draws it, then dropped: the accountant still counts it
+            np.random.normal(0, std, array.shape)
+        drawn.append(std)
+
+    # The canaries' releases are made in the driver's process (the real clients' in Ray's workers).
+    monkeypatch.setattr(localdp_mod, "add_gaussian_noise_inplace", drawn_not_added)
+    code, _, err = cli("run", scenario, "--run-dir", tmp_path / "broken", "--quiet")
+    assert code == 0, err
+    correct, correct_page = _final_and_page(tmp_path / "correct")
+    broken, _ = _final_and_page(tmp_path / "broken")
+
+    assert len(drawn) == 1000 * LOCAL["federated"]["rounds"]  # every canary's release went through the mod
+    assert broken["epsilon"] == correct["epsilon"] and 2 < correct["epsilon"] < correct["privacy.audit.power"]
+    assert correct["privacy.audit.verdict"] == "consistent"
+    assert broken["privacy.audit.verdict"] == "violation"
+    assert broken["privacy.audit.epsilon_lower_bound"] > broken["epsilon"]
+    assert "Consistent:" in correct_page and "Audit (one run, sample canaries, local DP)" in correct_page
 
 
 @pytest.mark.integration
@@ -242,8 +278,8 @@ def _case(name: str, audit: dict[str, Any], words: tuple[str, ...], **privacy: A
 
 
 CASES = [
-    _case("local-dp", {"canaries": 100}, ("federated.privacy.audit.kind", "mode: central"), mode="local"),
-    _case("sample-kind", {"canaries": 100, "kind": "sample"}, ("federated.privacy.audit.kind", "not supported yet")),
+    _case("local-dp", {"canaries": 100}, ("federated.privacy.audit.kind", "use kind: sample"), mode="local"),
+    _case("sample-kind", {"canaries": 100, "kind": "sample"}, ("federated.privacy.audit.kind", "use kind: client")),
     _case("adaptive", {"canaries": 100}, ("federated.privacy.audit", "clipping: fixed"), clipping="adaptive",
           clipped_count_stddev=10.0),
     _case("no-canaries", {"canaries": 0}, ("federated.privacy.audit.canaries",)),

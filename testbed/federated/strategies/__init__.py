@@ -88,9 +88,11 @@ def server_samples(block: PluginSpec) -> int:
 def answering(setup: FederationSetup) -> type[StrategyPlugin] | None:
     """The declaration that answers for the run's strategy in the round loop (how its uploads may be
     held, what weight it gave each client); None under central DP, whose Flower wrapper stands
-    between them and combines the uploads itself (equal weights, clipping, noise)."""
+    between them and combines the uploads itself (equal weights, clipping, noise), and under an
+    audit, whose canaries join the replies."""
     federated = setup.scenario.federated
     assert federated is not None  # a federated scenario
-    if federated.privacy is not None and federated.privacy.mode == "central":  # `private_strategy` wraps it
+    privacy = federated.privacy
+    if privacy is not None and (privacy.mode == "central" or privacy.audit is not None):  # `private_strategy` wraps it
         return None
     return registered_strategies()[federated.strategy.name]
