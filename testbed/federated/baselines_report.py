@@ -15,7 +15,7 @@ from typing import Any
 from testbed.federated.baselines import BASELINES_DIR, NO_ATTACK, NO_PRIVACY
 from testbed.report.plots import plot_curve
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
+from testbed.report.sections import ReportSection, chance_accuracy, image, table
 from testbed.run import RunFolder
 
 METRIC = "test_accuracy"
@@ -25,14 +25,6 @@ BACKDOOR = "attack_success_rate"
 def _curve(records: list[dict[str, Any]], key: str = METRIC) -> tuple[list[float], list[float]]:
     rounds = [r for r in records if "round" in r and key in r]
     return [float(r["round"]) for r in rounds], [float(r[key]) for r in rounds]
-
-
-def chance_accuracy(data: RunData) -> float | None:
-    """1 / the number of classes, read from the clients' label histograms (None where not recorded)."""
-    histograms = data.artifacts.get("label_histograms")
-    if histograms is None or histograms.ndim != 2 or not histograms.shape[1]:
-        return None
-    return 1.0 / histograms.shape[1]
 
 
 def arm_label(config: dict[str, Any], name: str | None = None) -> str:

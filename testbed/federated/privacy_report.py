@@ -11,7 +11,7 @@ from testbed.federated.config import FederatedConfig
 from testbed.federated.privacy import epsilon_curve, sampling_rate
 from testbed.report.plots import plot_curve
 from testbed.report.render import RunData
-from testbed.report.sections import ReportSection, image, table
+from testbed.report.sections import ReportSection, chance_accuracy, image, table
 
 
 class PrivacySection(ReportSection):
@@ -48,7 +48,7 @@ class PrivacySection(ReportSection):
         plot_curve(out_dir / "accuracy-vs-epsilon.png", "test accuracy against epsilon",
                    f"epsilon (delta {config.delta:g})",
                    {"test accuracy": (xs, [float(r.get("test_accuracy", float("nan"))) for r in rounds])},
-                   ylabel="test accuracy (fraction correct)")
+                   ylabel="test accuracy (fraction correct)", chance=chance_accuracy(data))
         plot_curve(out_dir / "epsilon-per-round.png", "epsilon over rounds", "round",
                    {"epsilon": ([float(r["round"]) for r in rounds], xs)}, ylabel=f"epsilon (delta {config.delta:g})")
         note = ("<p>Accounting: RDP of the sampled Gaussian mechanism (opacus), composed over rounds, "

@@ -109,6 +109,15 @@ class FinalValuesSection(ReportSection):
         return table(rows, ("metric", "final value")) if rows else ""
 
 
+def chance_accuracy(data: RunData) -> float | None:
+    """A classifier's chance accuracy, 1 / the number of classes, where the run recorded its clients'
+    label histograms (a federated run); None elsewhere."""
+    histograms = data.artifacts.get("label_histograms")
+    if histograms is None or histograms.ndim != 2 or not histograms.shape[1]:
+        return None
+    return 1.0 / histograms.shape[1]
+
+
 class MetricCurvesSection(ReportSection):
     """The metrics of metrics.jsonl over training: series of one measure on one chart (train beside
     test, arm beside arm), series that never change in a one-line-each table (`testbed.report.series`).
@@ -131,7 +140,8 @@ class MetricCurvesSection(ReportSection):
             name = f"curve-{safe_name(stem)}.png" if f"curve-{safe_name(stem)}.png" not in used else \
                 f"curve-{safe_name(stem)}-{len(figures)}.png"
             used.add(name)
-            plot_curve(out_dir / name, chart.title, axis, chart.lines, ylabel=chart.ylabel)
+            chance = chance_accuracy(data) if chart.measure == "accuracy" else None
+            plot_curve(out_dir / name, chart.title, axis, chart.lines, ylabel=chart.ylabel, chance=chance)
             figures.append(image(name, chart.title))
         fixed = series.constants(found)
         parts = ['<div class="grid">' + "".join(figures) + "</div>"] if figures else []

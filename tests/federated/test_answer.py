@@ -72,3 +72,20 @@ def test_a_federated_privacy_report_puts_privacy_first_and_a_robustness_report_t
     assert [s.title for s in robustness.after_summary[:3]] == ["Answer", "Baselines", "Robustness"]
     decentralized = report_layout("privacy", "decentralized")
     assert decentralized is not None and "Answer" not in [s.title for s in decentralized.after_summary]
+
+
+def test_accuracy_charts_draw_the_chance_line_of_the_runs_classes(tmp_path, monkeypatch):
+    import numpy as np
+
+    from testbed.report import sections
+
+    drawn: dict[str, float | None] = {}
+    monkeypatch.setattr(sections, "plot_curve", lambda path, title, *a, chance=None, **k: drawn.update({title: chance}))
+    rounds = [{"round": r, "test_accuracy": 0.1 * r, "test_loss": 2.0 / r} for r in (1, 2, 3)]
+    data = _data(tmp_path, {"strategy": {"name": "fedavg"}}, rounds)
+    data.artifacts["label_histograms"] = np.ones((4, 10))  # 4 clients, 10 classes
+
+    sections.MetricCurvesSection().render(data, tmp_path)
+
+    assert drawn == {"test accuracy": 0.1, "test loss": None}
+    assert sections.chance_accuracy(_data(tmp_path, {}, rounds)) is None  # no classes recorded, no line
