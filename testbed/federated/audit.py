@@ -87,6 +87,16 @@ def unflat(vector: np.ndarray, like: ArrayRecord) -> ArrayRecord:
     return ArrayRecord(arrays)
 
 
+def canary_reply(like: Message, arrays: ArrayRecord, weight_key: str, reply_to: Message) -> Message:
+    """A canary's reply: ``arrays`` under the record names of a real reply ``like``, whose metrics it
+    copies (Flower requires the same keys in every reply; the round loop reads no aggregated training
+    metric) with weight 1."""
+    arrays_name = next(iter(like.content.array_records))
+    metrics_name, metrics = next(iter(like.content.metric_records.items()))
+    return Message(RecordDict({arrays_name: arrays, metrics_name: MetricRecord({**metrics, weight_key: 1})}),
+                   reply_to=reply_to)
+
+
 class CanaryAudit:
     """The canary clients of one run: their replies to a round, the adversary's scores, the verdict."""
 
@@ -116,18 +126,13 @@ class CanaryAudit:
     def replies(self, server_round: int, current: ArrayRecord, real: Sequence[Message],
                 weight_key: str) -> list[Message]:
         """The sampled canaries' replies to ``server_round``: the global model ``current`` plus the
-        crafted update, weight 1, under a real reply's record names; their metrics copy its keys
-        (Flower requires the same keys in every reply; the round loop reads no aggregated training
-        metric)."""
+        crafted update (`canary_reply`)."""
         if not real:
             return []
         start = flat(current)
         u = self.directions(start.size)
-        arrays_name = next(iter(real[0].content.array_records))
-        metrics_name, metrics = next(iter(real[0].content.metric_records.items()))
-        return [Message(RecordDict({arrays_name: unflat(start + self.norm * u[i].astype(np.float64), current),
-                                    metrics_name: MetricRecord({**metrics, weight_key: 1})}), reply_to=real[0])
-                for i in self.sampled(server_round)]
+        return [canary_reply(real[0], unflat(start + self.norm * u[i].astype(np.float64), current), weight_key,
+                             real[0]) for i in self.sampled(server_round)]
 
     def observe(self, current: ArrayRecord, released: ArrayRecord) -> None:
         """The adversary sees the round's released model: add <release - previous, u_i> to each score."""
@@ -198,7 +203,6 @@ class SampleCanaryAudit(CanaryAudit):
         start = flat(current)
         u = self.directions(start.size)
         arrays_name = next(iter(real[0].content.array_records))
-        metrics_name, metrics = next(iter(real[0].content.metric_records.items()))
         asked = Message(RecordDict({arrays_name: current}), dst_node_id=0, message_type="train")
         context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
         out = []
@@ -207,8 +211,7 @@ class SampleCanaryAudit(CanaryAudit):
             # so "none" is sent as a thousandth of the crafted one (what survives float32 parameters):
             # the two inputs differ by 0.998 C, within the sensitivity C the accountant counts.
             update = (self.norm if self.included[i] else self.norm * ABSENT) * u[i].astype(np.float64)
-            reply = Message(RecordDict({arrays_name: unflat(start + update, current),
-                                        metrics_name: MetricRecord({**metrics, weight_key: 1})}), reply_to=asked)
+            reply = canary_reply(real[0], unflat(start + update, current), weight_key, asked)
             with numpy_seeded(self.seeds.integer(f"canary.{i}.round.{server_round}")):
                 released = local_dp(asked, context, lambda _msg, _ctx, answer=reply: answer)
             out.append(released)
