@@ -16,7 +16,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from testbed.federated.audit import PREFIX as AUDIT
 from testbed.federated.baselines import NO_ATTACK, NO_PRIVACY
+from testbed.federated.findings import membership_bound
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection
 
@@ -88,11 +90,11 @@ class AnswerSection(ReportSection):
         delta = (federated.get("privacy") or {}).get("delta")
         lines = [f"<b>Privacy spent</b>: epsilon {float(last['epsilon']):.4g} at delta {delta:g} after "
                  f"{last['round']} of {federated.get('rounds')} rounds (the accountant's bound)."]
-        verdict = last.get("privacy.audit.verdict")
+        verdict = last.get(AUDIT + "verdict")
         if verdict is not None:
-            bound = float(last.get("privacy.audit.epsilon_lower_bound", math.nan))
-            power = float(last.get("privacy.audit.power", math.nan))
-            needed = last.get("privacy.audit.canaries_needed")
+            bound = float(last.get(AUDIT + "epsilon_lower_bound", math.nan))
+            power = float(last.get(AUDIT + "power", math.nan))
+            needed = last.get(AUDIT + "canaries_needed")
             more = f"; about {int(needed)} canaries would test it" if verdict == "too weak" and needed else ""
             lines.append(f"<b>Audit</b>: {html.escape(str(verdict))}: empirical lower bound {bound:.3g} "
                          f"(the audit could show at most {power:.3g}{more}) against the accountant's "
@@ -116,7 +118,7 @@ class AnswerSection(ReportSection):
 def membership_line(final: dict[str, Any], accountant: float) -> str:
     """The membership-inference audit of the final model in one sentence: each attack's TPR at 1%
     FPR and the epsilon it implies, against the accountant's."""
-    shown = max(float(final.get(f"membership_{a}_epsilon_lower_bound", 0.0)) for a in ("loss", "lira"))
+    shown = membership_bound(final)
     ceiling = final.get("membership_epsilon_ceiling")
     could = f"; with its candidates it could show at most {float(ceiling):.3g}" if ceiling is not None else ""
     return (f"<b>Membership inference</b> on the final model: TPR at 1% FPR "

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from testbed.federated.audit import PREFIX as AUDIT
 from testbed.federated.baselines import NO_ATTACK, NO_PRIVACY
 from testbed.report.audit_page import Finding
 from testbed.report.render import RunData
 
-AUDIT = "privacy.audit."
 AUDIT_STATUS = {"violation": "violated", "consistent": "holds", "too weak": "too weak to tell"}
 
 
@@ -64,12 +64,17 @@ def _privacy(federated: dict[str, Any], rounds: list[dict[str, Any]]) -> list[Fi
     return findings
 
 
+def membership_bound(final: dict[str, Any]) -> float:
+    """The larger epsilon lower bound of the two membership-inference attacks (0 where none ran)."""
+    return max(float(final.get(f"membership_{a}_epsilon_lower_bound", 0.0)) for a in ("loss", "lira"))
+
+
 def membership_finding(final: dict[str, Any], epsilon: float | None) -> Finding | None:
     """The membership-inference audit of the final model against the accountant's ``epsilon`` (None:
     a run without DP, which promised nothing to hold it against)."""
     if "membership_lira_tpr_at_1pct" not in final:
         return None
-    shown = max(float(final.get(f"membership_{a}_epsilon_lower_bound", 0.0)) for a in ("loss", "lira"))
+    shown = membership_bound(final)
     ceiling = float(final.get("membership_epsilon_ceiling", math.inf))
     measured = (f"TPR at 1% FPR {float(final.get('membership_loss_tpr_at_1pct', math.nan)):.3f} (loss), "
                 f"{float(final['membership_lira_tpr_at_1pct']):.3f} (LiRA): epsilon >= {shown:.3g}; "

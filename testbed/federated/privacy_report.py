@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from testbed.federated.audit import PREFIX as AUDIT
 from testbed.federated.config import FederatedConfig
 from testbed.federated.privacy import epsilon_curve, sampling_rate
 from testbed.report.plots import plot_curve
@@ -56,9 +57,6 @@ class PrivacySection(ReportSection):
         return (table(rows, ("measure", "value")) + note + audit_html(rounds[-1], config.delta, config.mode)
                 + image("accuracy-vs-epsilon.png", "test accuracy against epsilon")
                 + image("epsilon-per-round.png", "epsilon over rounds"))
-
-
-AUDIT = "privacy.audit."
 
 
 def audit_html(last: dict[str, Any], delta: float, mode: str = "central") -> str:
