@@ -51,7 +51,10 @@ def _divert(logger: logging.Logger, handler: logging.Handler) -> tuple[list[logg
     state = (list(logger.handlers), logger.propagate, logger.level)
     logger.handlers = [handler]
     logger.propagate = False  # not also to the root logger's console handler
-    logger.setLevel(logging.INFO)  # the log is read after the fact: keep what a library says at INFO
+    # The log is read after the fact: keep what a library says at INFO, unless it asked for less
+    # itself (torch: WARNING; its INFO, e.g. "compile_threads set to 2" on torch.optim's first use,
+    # comes from its own logging system, which adds a console handler below this logger).
+    logger.setLevel(max(logging.INFO, logger.level))
     return state
 
 

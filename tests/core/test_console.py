@@ -71,6 +71,20 @@ def test_library_logs_and_warnings_go_to_the_run_log_unless_verbose(tmp_path, ca
     assert not logging.getLogger("mlflow").handlers or logging.getLogger("mlflow").propagate  # restored
 
 
+def test_a_library_that_asked_for_warnings_only_is_not_made_to_say_more(tmp_path, capsys, monkeypatch):
+    # torch sets its logger to WARNING; its own logging system's INFO ("compile_threads set to 2" on
+    # torch.optim's first use) reached the console of the flagship demo while the run lowered it to INFO.
+    monkeypatch.setattr(logging.getLogger("torch"), "level", logging.WARNING)
+    monkeypatch.setattr(logging.getLogger("flwr"), "level", logging.DEBUG)
+    with library_output(tmp_path, verbose=False):
+        assert logging.getLogger("torch").level == logging.WARNING
+        assert logging.getLogger("flwr").level == logging.INFO  # kept at INFO, DEBUG left out
+        logging.getLogger("torch._inductor.config").info("compile_threads set to 2")
+
+    assert "compile_threads" not in (tmp_path / LOG_NAME).read_text() + capsys.readouterr().err
+    assert logging.getLogger("torch").level == logging.WARNING
+
+
 def test_verbose_leaves_library_logs_on_the_console(tmp_path):
     with library_output(tmp_path, verbose=True):
         logging.getLogger("flwr").warning("Manually terminating ClientAppActor")
