@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from testbed.errors import ECHO_LIMIT, ScenarioError, did_you_mean, shorten
-from testbed.scenario import KIND_BLOCKS, KIND_REQUIRES, Scenario
+from testbed.scenario import KIND_BLOCKS, KIND_REQUIRES, ReportConfig, Scenario
 
 Loc = tuple[Any, ...]
 KINDS_WITH_WORKLOAD = ("workload", "federated")
@@ -161,7 +161,7 @@ def validate_raw(raw: dict[str, Any], source: str, overrides: typing.Sequence[st
         raise ScenarioError(describe_error(err, Scenario, raw, source, overrides)) from None
     check_kind_blocks(scenario, raw, source, overrides)
     check_plugins(scenario, raw, source, overrides)
-    return with_audits(scenario, raw, source, overrides) if scenario.report.audit_blocks() else scenario
+    return with_audits(scenario, raw, source, overrides) if scenario.report.model_extra else scenario
 
 
 REQUIRED_EXAMPLES = {
@@ -232,14 +232,18 @@ def with_audits(scenario: Scenario, raw: dict, source: str, overrides: typing.Se
     """The scenario with each audit block of its report validated by the config of the audit a
     workload offers under that name (`testbed.workloads.audits`) and put in the block's place; an
     audit set in a scenario whose kind or report it does not serve is refused."""
-    from testbed.workloads.audits import find_audit
+    from testbed.workloads.audits import offered_audits
 
+    offered = offered_audits()
     typed = {}
-    for name, block in scenario.report.audit_blocks().items():
-        audit = find_audit(name)
-        if audit is None:
-            raise ScenarioError(f"{_source_for(('report', name), source, overrides)}: report.{name}: no registered "
-                                "workload offers this audit")
+    for name, block in (scenario.report.model_extra or {}).items():
+        audit = offered.get(name)
+        if audit is None:  # the words pydantic gives any other unknown key
+            valid = [*ReportConfig.model_fields, *offered]
+            raise ScenarioError(f"{_source_for(('report', name), source, overrides)}: report.{name}: unknown key"
+                                f"{did_you_mean(name, valid)}; valid keys: {', '.join(valid)}")
+        if block is None:
+            continue
         try:
             typed[name] = audit.Config.model_validate(block)
         except ValidationError as err:

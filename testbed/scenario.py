@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from testbed.claims.config import ClaimsConfig
 from testbed.config import PluginSpec, StrictModel
@@ -51,22 +51,16 @@ class ReportConfig(StrictModel):
         "experiment trackers to switch on with their defaults: tensorboard, mlflow, wandb or a plugin's"))
     tracking: dict[str, dict[str, Any]] = Field(default_factory=dict, description=(
         "a tracker's own settings, which also switch it on, e.g. mlflow: {tracking_uri: ..., experiment: ...}"))
-    # An audit's block: held as written, validated by the loader against the config of the audit that a
-    # workload offers under this name (`testbed.workloads.audits`), which then takes its place.
-    ood: Any = Field(None, description="federated: evaluate the final global model out of distribution",
-                     json_schema_extra={"audit": True})
-    membership: Any = Field(None, description="federated: membership inference on the final global model",
-                            json_schema_extra={"audit": True})
 
-    @classmethod
-    def audit_names(cls) -> list[str]:
-        """The report keys that switch on an audit a workload offers."""
-        return [name for name, field in cls.model_fields.items()
-                if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("audit")]
+    # An audit a workload offers is switched on by a key of its name (``ood: {...}``): held here as an
+    # extra key and validated by the loader against the config of the audit some registered workload
+    # offers under that name (`testbed.workloads.audits`), which then takes its place. The schema names
+    # no audit, so a workload (a plugin's too) adds one without a field here.
+    model_config = ConfigDict(**{**StrictModel.model_config, "extra": "allow"})
 
     def audit_blocks(self) -> dict[str, Any]:
         """The audits this report switches on: their blocks, by audit name."""
-        return {name: getattr(self, name) for name in self.audit_names() if getattr(self, name) is not None}
+        return {name: block for name, block in (self.model_extra or {}).items() if block is not None}
 
 
 class SweepConfig(StrictModel):

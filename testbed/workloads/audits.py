@@ -63,22 +63,27 @@ class Audit(ABC):
         """Measure ``model`` on ``test_set``: (final metrics, report arrays for `section`)."""
 
 
-def find_audit(name: str) -> type[Audit] | None:
-    """The audit ``name`` as the first registered workload that offers it declares it."""
+def offered_audits() -> dict[str, type[Audit]]:
+    """Every audit a registered workload offers, by name (the first workload to offer a name wins)."""
     from testbed.workloads import registry
 
+    offered: dict[str, type[Audit]] = {}
     for workload in registry.workload_names():
-        audit = registry.workload_class(workload).audits.get(name)
-        if audit is not None:
-            return audit
-    return None
+        for name, audit in registry.workload_class(workload).audits.items():
+            offered.setdefault(name, audit)
+    return offered
+
+
+def find_audit(name: str) -> type[Audit] | None:
+    """The audit ``name`` as the first registered workload that offers it declares it."""
+    return offered_audits().get(name)
 
 
 def switched_on(report: dict[str, Any] | ReportConfig) -> dict[str, tuple[type[Audit], Any]]:
     """Each audit a report block (typed, or as a run folder's config.yaml holds it) switches on, by
     name: the audit and its block."""
     blocks = report.audit_blocks() if isinstance(report, ReportConfig) else {
-        name: report.get(name) for name in ReportConfig.audit_names() if report.get(name) is not None}
+        name: block for name, block in report.items() if name not in ReportConfig.model_fields and block is not None}
     found = {name: (find_audit(name), block) for name, block in blocks.items()}
     return {name: (audit, block) for name, (audit, block) in found.items() if audit is not None}
 

@@ -22,7 +22,7 @@ from testbed.loading import validate_raw
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection
 from testbed.run import RunFolder
-from testbed.scenario import Scenario
+from testbed.scenario import ReportConfig, Scenario
 from testbed.seeding import SeedTree
 from testbed.workloads.audits import Audit, AuditSections, run_audits
 from testbed.workloads.oodrobust.workload import OODRobustWorkload
@@ -90,11 +90,20 @@ def test_an_audit_serves_only_the_kinds_and_report_it_declares(probe):
     assert validate_raw({**WORKLOAD, "report": {"ood": {}}}, "s.yaml").report.ood == ProbeConfig()
 
 
+def test_a_workload_offers_an_audit_under_a_new_name_with_no_field_in_the_schema(monkeypatch):
+    monkeypatch.setattr(OODRobustWorkload, "audits", {"leakage": ProbeAudit})
+    assert "leakage" not in ReportConfig.model_fields
+    scenario = validate_raw({**WORKLOAD, "report": {"leakage": {"threshold": 3}}}, "s.yaml")
+    assert scenario.report.audit_blocks() == {"leakage": ProbeConfig(threshold=3)}
+    with pytest.raises(ScenarioError, match=r"report\.leakag: unknown key \(did you mean 'leakage'\?\)"):
+        validate_raw({**WORKLOAD, "report": {"leakag": {}}}, "s.yaml")
+
+
 CASES = [
     Case("report-ood-offered-by-no-workload", "workload", {"report": {"ood": {}}},
-         ("report.ood", "no registered workload offers this audit")),
+         ("report.ood", "unknown key", "valid keys: kind, trackers, tracking, membership")),
     Case("report-ood-set-offered-by-no-workload", "workload", ["report.ood.threshold=1"],
-         ("--set report.ood.threshold=1", "report.ood", "no registered workload offers")),
+         ("--set report.ood.threshold=1", "report.ood", "unknown key")),
 ]
 
 
