@@ -9,6 +9,7 @@ bring a cycle back.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -155,7 +156,13 @@ def test_nothing_registers_by_importing_a_module_for_its_side_effect():
 def test_the_wheel_holds_every_folder_under_its_installed_name(tmp_path):
     """setup.py reads the packages from the folders: a new workload package installs with no line
     anywhere else (a list kept by hand missed one before)."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO),
+    source = tmp_path / "source"  # a copy: setuptools writes build/ and egg-info beside the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for root in ROOTS:
+        shutil.copytree(REPO / root, source / root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
                     "-w", str(tmp_path)], check=True, capture_output=True, cwd=tmp_path)
     (wheel,) = tmp_path.glob("testbed-*.whl")
     inits = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith("/__init__.py")}
