@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import ndimage
 
 CHARACTERS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # class k is CHARACTERS[k]
 DATASET_FONTS = (
@@ -84,6 +83,8 @@ def glyph_bitmap(font_file: str, character: str, points: int = RENDER_POINTS) ->
 
 def optdigits_8x8(ink: np.ndarray) -> np.ndarray:
     """The optdigits conversion: bounding box -> 32x32 bitmap (aspect kept, centred) -> 4x4 block counts / 16."""
+    from scipy import ndimage  # imported on use: validating a scenario never renders
+
     rows, cols = np.nonzero(ink > 0.5)
     if len(rows) == 0:
         return np.zeros((8, 8), dtype=np.float32)
@@ -125,6 +126,8 @@ def draw_distortions(count: int, rng: np.random.Generator) -> list[Distortion]:
 def _glyph_field(font_file: str, character: str) -> tuple[np.ndarray, int]:
     """The glyph's signed distance field in master pixels (ink > 0, edge at 0), cropped to the ink
     plus a margin, and the ink's larger side."""
+    from scipy import ndimage  # imported on use: validating a scenario never renders
+
     ink = glyph_bitmap(font_file, character) > 0.5
     rows, cols = np.nonzero(ink)
     if len(rows) == 0:
@@ -137,6 +140,8 @@ def _glyph_field(font_file: str, character: str) -> tuple[np.ndarray, int]:
 def render(font_file: str, character: str, height: int = SIDE, width: int = SIDE,
            distortion: Distortion = Distortion()) -> np.ndarray:
     """``character`` in ``font_file``, distorted, as a float32 [height, width] image in [0, 1] (ink is 1)."""
+    from scipy import ndimage  # imported on use: validating a scenario never renders
+
     field, box = _glyph_field(font_file, character)
     unit = min(height, width) / SIDE  # the distortion's pixels are 28x28 pixels
     fine = SUPERSAMPLE * FILL * min(height, width) / box  # supersampled pixels per master pixel
@@ -180,10 +185,36 @@ def make_glyphs(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.n
 @cache
 def glyph_images() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ``glyphs`` dataset (``PER_CLASS`` images per class, seed ``DATA_SEED``) with each image's
-    font, made once per process. The arrays are shared and read-only: `testbed.data.datasets` hands
-    out copies.
+    font, made once per process or read from the dataset cache (`cached_glyphs`). The arrays are
+    shared and read-only: `testbed.data.datasets` hands out copies.
     """
-    arrays = make_glyphs(PER_CLASS, DATA_SEED)
+    arrays = cached_glyphs()
     for array in arrays:
         array.flags.writeable = False
     return arrays
+
+
+# The fonts and FreeType that render the images ship with matplotlib.
+RENDERING_LIBRARIES = ("numpy", "matplotlib")
+GLYPH_CACHE_ENV = "TESTBED_DATASET_CACHE"
+
+
+def cached_glyphs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`make_glyphs` (``PER_CLASS``, ``DATA_SEED``) through the dataset cache (`testbed.cache`):
+    rendering takes 2-3 s on one core, and every process of a federated run (the driver and each
+    client actor) loads the set, so the images are kept under a key of this module's source and the
+    rendering libraries' versions, and read back in milliseconds. ``TESTBED_DATASET_CACHE=off``
+    renders them every time; the arrays are the same either way."""
+    from testbed.cache import cache_root, read_arrays, source_digest, write_arrays
+
+    root = cache_root("datasets", GLYPH_CACHE_ENV)
+    n = PER_CLASS * len(CHARACTERS)
+    expected = {"images": ("float32", (n, 1, SIDE, SIDE)), "labels": ("int64", (n,)), "fonts": ("int64", (n,))}
+    path = None if root is None else root / f"glyphs-{source_digest([Path(__file__)], RENDERING_LIBRARIES)[:32]}.npz"
+    found = None if path is None else read_arrays(path, expected)
+    if found is not None:
+        return found["images"], found["labels"], found["fonts"]
+    images, labels, fonts = make_glyphs(PER_CLASS, DATA_SEED)
+    if path is not None:
+        write_arrays(path, {"images": images, "labels": labels, "fonts": fonts})
+    return images, labels, fonts

@@ -68,6 +68,7 @@ from typing import Any
 
 import numpy as np
 
+from testbed.cache import cache_root as shared_cache_root
 from testbed.errors import UserError
 from testbed.imports import imported_modules
 from testbed.pretrain.config import CorpusConfig, PretrainConfig
@@ -78,9 +79,7 @@ try:
 except ImportError:  # not POSIX: no reflinks, files are copied
     fcntl = None  # type: ignore[assignment]
 
-CACHE_DIR_ENV = "TESTBED_CACHE_DIR"
 SWITCH_ENV = "TESTBED_CORPUS_CACHE"
-SWITCH_OFF = frozenset({"0", "off", "false", "no"})
 # The pretrain fields the preparation reads: the documents, the tokenizer, and both packings.
 PREPARATION_FIELDS = ("corpus", "tokenizer", "context_length", "packing", "eval_documents")
 PREPARING_MODULE = "testbed.pretrain.prepare"
@@ -93,15 +92,7 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 
 def cache_root() -> Path | None:
     """The folder of cached corpora, or None when ``TESTBED_CORPUS_CACHE`` turns the cache off."""
-    if os.environ.get(SWITCH_ENV, "").strip().lower() in SWITCH_OFF:
-        return None
-    if os.environ.get(CACHE_DIR_ENV):
-        base = Path(os.environ[CACHE_DIR_ENV])
-    elif os.environ.get("XDG_CACHE_HOME"):
-        base = Path(os.environ["XDG_CACHE_HOME"]) / "testbed"
-    else:
-        base = Path.home() / ".cache" / "testbed"
-    return base / "corpora"
+    return shared_cache_root("corpora", SWITCH_ENV)
 
 
 def preparation_config(config: PretrainConfig) -> PretrainConfig:

@@ -28,7 +28,7 @@ ROOTS = {"testbed": "testbed", "strategies": "testbed.strategies", "topologies":
 # layer is that of the longest prefix listed (``testbed.x`` covers ``testbed.x.*``).
 LAYERS: list[tuple[str, ...]] = [
     ("testbed", "testbed.errors", "testbed.config", "testbed.plugins", "testbed.seeding", "testbed.determinism",
-     "testbed.faults", "testbed.progress", "testbed.console", "testbed.imports"),
+     "testbed.faults", "testbed.progress", "testbed.console", "testbed.imports", "testbed.cache"),
     ("testbed.strategies", "testbed.topologies", "testbed.cluster", "testbed.privacy"),
     ("testbed.data",),
     ("testbed.engines",),
