@@ -34,6 +34,7 @@ from testbed.claims import check, docs, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import Verdict, check_claims, evaluate, selects
 from testbed.claims.papers import PAPERS
+from testbed.engines.warm import servers_kept
 from testbed.errors import ScenarioError, UserError, did_you_mean
 from testbed.loading import apply_override, load_raw, validate_raw
 from testbed.provenance import source_commit
@@ -144,12 +145,13 @@ def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: boo
         refuse_dirty("reproduce")
     loaded = {paper: [load(root, path, size) for path in PAPERS[paper].scenarios] for paper in chosen}
     refused: list[str] = []
-    for paper in chosen:
-        for item in loaded[paper]:
-            if run:
-                _run(item, root, size, runs_dir, quiet, parallel)
-            refused += [f"not recorded: {item.path}: {slug}: run on a tree with uncommitted changes "
-                        "(--allow-dirty records it)" for slug in collect(item, root, size, runs_dir, dirty_ok)]
+    with servers_kept():  # one warm server for the sweeps of every scenario, not one each
+        for paper in chosen:
+            for item in loaded[paper]:
+                if run:
+                    _run(item, root, size, runs_dir, quiet, parallel)
+                refused += [f"not recorded: {item.path}: {slug}: run on a tree with uncommitted changes "
+                            "(--allow-dirty records it)" for slug in collect(item, root, size, runs_dir, dirty_ok)]
     shown = list(PAPERS) if size == "full" else chosen  # the repository's docs list every paper
     loaded = {paper: loaded.get(paper) or [load(root, path, size) for path in PAPERS[paper].scenarios]
               for paper in shown}
@@ -222,9 +224,10 @@ def check_results(root: Path, papers: list[str], size: str, runs_dir: Path, samp
     if sample is not None and not dirty_ok:
         refuse_dirty("reproduce --check --sample")  # a verification names the commit it ran at
     lines: list[str] = []
-    for paper in chosen:
-        for path in PAPERS[paper].scenarios:
-            lines += _check_file(load(root, path, size), root, size, runs_dir, sample, quiet, parallel, dirty_ok)
+    with servers_kept():
+        for paper in chosen:
+            for path in PAPERS[paper].scenarios:
+                lines += _check_file(load(root, path, size), root, size, runs_dir, sample, quiet, parallel, dirty_ok)
     return lines
 
 

@@ -170,11 +170,12 @@ class InProcessEngine(Engine):
 
 class PlacementEngine(InProcessEngine):
     """Places a sweep's variant processes on this machine: one thread waits on each. The warm
-    servers they are forked from (`testbed.engines.warm`) stop when it does."""
+    servers they are forked from (`testbed.engines.warm`) stop when it does, unless a
+    `testbed.engines.warm.servers_kept` block keeps them for the next sweep."""
 
     name = "placement"
 
     def shutdown(self) -> None:
-        from testbed.engines.warm import close_warm_servers
+        from testbed.engines.warm import release_warm_servers
 
-        close_warm_servers()
+        release_warm_servers()

@@ -9,10 +9,11 @@ later calls, also from other threads; `WarmServer.start` forks a child that runs
 (``pid``, ``send_signal``, ``kill``, ``wait``, ``communicate``, ``returncode``). The child's output
 goes to temporary files, read once it has exited.
 
-`close_warm_servers` stops them (also at this process's exit); a server whose client dies stops by
-itself, and children it still runs then get SIGINT. A sweep places its variants this way
-(`testbed.sweep`): one server per machine, in the sweep's process on this machine, in each
-machine's placement host on a Ray cluster (`testbed.engines.ray_engine.RayPlacementEngine`).
+`close_warm_servers` stops them (also at this process's exit), and so does `release_warm_servers`,
+which a sweep calls as it ends, unless a `servers_kept` block keeps them for the next sweep. A
+server whose client dies stops by itself, and children it still runs then get SIGINT. A sweep
+places its variants this way (`testbed.sweep`): one server per machine, in the sweep's process on
+this machine, in each machine's placement host on a Ray cluster (`testbed.engines.ray_engine.RayPlacementEngine`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import IO, Any
 
 from testbed.engines.warm_server import NUMBER
@@ -176,6 +178,35 @@ def close_warm_servers() -> None:
         _servers.clear()
     for server in servers:
         server.close()
+
+
+_holds = 0  # how many `servers_kept` blocks are open
+
+
+@contextmanager
+def servers_kept() -> Iterator[None]:
+    """Keep the warm servers until the block ends, though the sweeps inside it end: `testbed
+    reproduce` runs one scenario's sweep after another, and each would otherwise start its own
+    server (7-18 s of imports) and stop it (2.5-5 s) for the same modules and environment."""
+    global _holds
+    with _servers_guard:
+        _holds += 1
+    try:
+        yield
+    finally:
+        with _servers_guard:
+            _holds -= 1
+            last = _holds == 0
+        if last:
+            close_warm_servers()
+
+
+def release_warm_servers() -> None:
+    """What a sweep's placement calls as it ends: stop the servers, unless `servers_kept` holds them."""
+    with _servers_guard:
+        held = _holds > 0
+    if not held:
+        close_warm_servers()
 
 
 atexit.register(close_warm_servers)

@@ -18,7 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from testbed.engines.warm import WarmServerError, close_warm_servers, warm_server
+from testbed.engines.warm import (
+    WarmServerError,
+    close_warm_servers,
+    release_warm_servers,
+    servers_kept,
+    warm_server,
+)
 from testbed.kinds import RUNNERS, warm_modules
 from tests.conftest import TINY_SCENARIO
 
@@ -228,3 +234,23 @@ def test_a_sweep_folder_continues_after_its_description_or_parallelism_changes()
     reworded = {**SWEEP, "description": "now says 5 seeds", "sweep": {**SWEEP["sweep"], "parallel": 2}}
     assert _what_runs(reworded) == _what_runs(SWEEP)
     assert _what_runs({**SWEEP, "training": {**SWEEP["training"], "steps": 9}}) != _what_runs(SWEEP)
+
+
+@pytest.mark.integration
+def test_a_kept_server_outlives_the_sweeps_inside_the_block_and_stops_with_it(probe_env):
+    """`testbed reproduce` keeps one server for the sweeps of all its scenarios; without a block a
+    sweep's end stops its server, as before."""
+    env, log = probe_env
+    with servers_kept():
+        server = warm_server(["warm_marker"], env)
+        with servers_kept():  # nested: the inner block's end stops nothing
+            release_warm_servers()  # a sweep ends
+        assert server.alive() and warm_server(["warm_marker"], env) is server
+        release_warm_servers()
+        assert warm_server(["warm_marker"], env) is server
+    assert _wait_gone([server.process.pid]) == []
+    assert log.read_text().split() == [str(server.process.pid)]  # imported once for every sweep
+
+    unkept = warm_server(["warm_marker"], env)
+    release_warm_servers()
+    assert _wait_gone([unkept.process.pid]) == []
