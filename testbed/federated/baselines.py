@@ -138,7 +138,7 @@ def _run_one_baseline(ctx: RunContext, scenario: Scenario, name: str,
     try:
         child = RunContext(scenario, run, ctx.engine, ctx.progress.for_arm(f"baseline {name}"), run.append_metrics,
                            ctx.source)
-        ctx.engine.start()  # Flower's simulation shuts Ray down as it returns: connect again
+        ctx.engine.start()  # a no-op while Ray runs (`ray_outlives_simulation`); started again after a resume
         started = time.perf_counter()
         final = run_one(child)
         run.write_summary({"name": scenario.name, "kind": scenario.kind, "seed": scenario.seed,

@@ -74,7 +74,7 @@ class FederatedRunner(Runner):
 
         from testbed.federated.client import make_client_app
         from testbed.federated.dp import private_strategy
-        from testbed.federated.linkstate import indexed_simulation
+        from testbed.federated.linkstate import indexed_simulation, ray_outlives_simulation
         from testbed.federated.server import RoundLoop
         from testbed.federated.setup import federation_setup
         from testbed.federated.strategies import build_strategy
@@ -97,7 +97,7 @@ class FederatedRunner(Runner):
         with quiet_flower():
             loop = RoundLoop(ctx, setup, private_strategy(build_strategy(setup), setup.scenario), start, state)
             if start < scenario.federated.rounds:  # a run resumed for its baselines has no round left
-                with deferred_interrupts(loop.stop.set), indexed_simulation():
+                with deferred_interrupts(loop.stop.set), indexed_simulation(), ray_outlives_simulation():
                     run_simulation(loop.server_app(), make_client_app(scenario), num_supernodes=setup.num_clients,
                                    backend_config={"client_resources": {"num_cpus": resources.num_cpus,
                                                                         "num_gpus": resources.num_gpus}})
