@@ -12,6 +12,7 @@ from typing import Any
 
 from testbed import kinds
 from testbed.console import library_output
+from testbed.device import run_device
 from testbed.engines.registry import make_engine
 from testbed.errors import ResumableFailure, RunInterrupted, UserError
 from testbed.faults import maybe_kill
@@ -98,11 +99,12 @@ def _execute_quietly(scenario: Scenario, run: RunFolder, quiet: bool, source: st
                          worker_code(scenario.workload.params if scenario.workload is not None else {})) as engine:
             progress = ProgressReporter(progress_enabled(quiet), arm_name(scenario))
             ctx = RunContext(scenario, run, engine, progress, log_metrics, source)
+            device = run_device(scenario, note=True)  # recorded below: where the numbers were computed
             final = runner.run(ctx)
             engine_info = engine.describe()
         run.write_summary({
             "name": scenario.name, "kind": scenario.kind, "seed": scenario.seed, "status": "completed",
-            "final_metrics": final, "engine": engine_info,
+            "final_metrics": final, "engine": engine_info, "device": device,
             "timings": {**ctx.timings, "wall_s": round(time.perf_counter() - started, 3)},
             "source": provenance(run, source), "versions": _versions(), "fingerprint": run_fingerprint(),
         })

@@ -193,7 +193,7 @@ def check_kind_blocks(scenario: Scenario, raw: dict, source: str, overrides: typ
 
 
 # The top-level keys that are values of every kind, not blocks.
-TOP_LEVEL_VALUES = frozenset({"name", "kind", "description", "seed"})
+TOP_LEVEL_VALUES = frozenset({"name", "kind", "description", "seed", "device"})
 
 
 def _default_block(block: str) -> Any:

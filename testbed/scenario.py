@@ -11,6 +11,7 @@ inside a plugin's block is reported with its full path just like any other key.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
@@ -37,6 +38,9 @@ KIND_BLOCKS: dict[str, tuple[str, ...]] = {
     "decentralized": ("engine", "data", "decentralized", "report", "sweep", "claims"),
     "pretrain": ("engine", "data", "pretrain", "report", "sweep", "claims"),
 }
+# The ``device:`` values (`testbed.device` resolves ``auto`` and refuses what this machine lacks).
+DEVICES = "auto (CUDA when present and the scenario's code supports it, else the CPU), cpu, cuda or cuda:N"
+DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"
 KIND_REQUIRES: dict[str, tuple[str, ...]] = {
     "workload": ("workload",), "federated": ("workload",), "decentralized": ("decentralized",),
     "pretrain": ("pretrain",),
@@ -88,6 +92,9 @@ class Scenario(StrictModel):
     kind: Literal["workload", "federated", "decentralized", "pretrain"]
     description: str = ""
     seed: int = Field(0, ge=0)
+    # Top level, not in engine:, because it is where the tensors live, whichever engine places the
+    # work (every engine type would repeat it), and `--set device=cpu` stays short.
+    device: str = Field("auto", description=f"where training runs: {DEVICES}; resolved and checked by testbed.device")
     engine: EngineConfig = Field(default_factory=LocalEngineConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     workload: PluginSpec | None = None
@@ -105,6 +112,13 @@ class Scenario(StrictModel):
         # A claim is called on per-seed metrics of several arms: only a sweep has them.
         if value is not None and info.data.get("sweep") is None:
             raise ValueError("claims: a claims block needs a sweep: block (its arms are the sweep's variants)")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device_is_known(cls, value: str) -> str:
+        if not re.fullmatch(DEVICE_PATTERN, value):
+            raise ValueError(f"not a device; use {DEVICES}")
         return value
 
     @field_validator("engine", mode="before")

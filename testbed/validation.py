@@ -8,6 +8,7 @@ validating a workload scenario loads neither Flower, Ray nor DeepSpeed.
 from __future__ import annotations
 
 from testbed import kinds
+from testbed.device import preflight_device
 from testbed.engines.registry import preflight_engine
 from testbed.scenario import Scenario
 from testbed.trackers import check_trackers
@@ -19,3 +20,4 @@ def preflight(scenario: Scenario, source: str) -> None:
     preflight_engine(scenario.engine, scenario.kind, runner.needs_one_of, source)
     runner.check(scenario, source)
     check_trackers(scenario.report, source)
+    preflight_device(scenario, source)

@@ -1,5 +1,5 @@
 """Local training of a copy of the global model: what every client does, and FLTrust's server on its
-root set."""
+root set, on the run's device (`testbed.device`; the model comes back to the CPU)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,15 @@ def train_model(setup: FederationSetup, global_state: dict[str, torch.Tensor], d
     config = workload.Config.model_validate(setup.scenario.workload.params)
     model = copy.deepcopy(_initial_model(setup))
     model.load_state_dict(global_state)
-    loss = workload.fit_client(model, data, config, epochs, generator, proximal_mu)
-    return model, loss
+    loss = workload.fit_client(model.to(client_device(setup)), data, config, epochs, generator, proximal_mu)
+    return model.to("cpu"), loss  # the upload, and the server's arithmetic, are on the CPU
+
+
+def client_device(setup: FederationSetup) -> torch.device:
+    """The device this process trains the scenario's clients on (its ``device:``, `testbed.device`)."""
+    from testbed.device import run_device
+
+    return torch.device(run_device(setup.scenario))
 
 
 _initial_models: dict[int, tuple[FederationSetup, torch.nn.Module]] = {}

@@ -258,11 +258,18 @@ class Process:
     device: torch.device
 
 
-def init_process(threads: int) -> Process:
-    """Join the process group (or wrap the one Ray Train made): gloo on CPUs, NCCL on GPUs."""
+def init_process(threads: int, setting: str = "auto") -> Process:
+    """Join the process group (or wrap the one Ray Train made): gloo on CPUs, NCCL on GPUs.
+
+    ``setting`` is the scenario's ``device`` (`testbed.device`): ``cpu`` keeps a present GPU unused.
+    """
+    from testbed.device import device_for
+
+    cuda = device_for(setting, "pretrain", None) != "cpu"
+    if not cuda and torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"  # DeepSpeed picks CUDA's accelerator whenever one is present
     import deepspeed
 
-    cuda = torch.cuda.is_available()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
@@ -316,7 +323,7 @@ def train(run_dir: Path, resume_tag: str | None = None) -> None:
 def _train(run_dir: Path, resume_tag: str | None) -> None:
     scenario = validate_raw(RunFolder.open(run_dir).read_config(), source=str(run_dir / "config.yaml"))
     config = scenario.pretrain or PretrainConfig()
-    process = init_process(config.threads_per_process)
+    process = init_process(config.threads_per_process, scenario.device)
     data = open_training_data(run_dir, scenario)
     engine_started = time.perf_counter()
     engine = build_engine(config, data, data.seeds, process)  # the run's tree, as this rank rebuilt it

@@ -24,7 +24,7 @@ AXES = ("step", "round")
 TAG_KEYS = {"kind": "kind", "scenario": "name", "seed": "seed", "strategy": "federated.strategy.name",
             "attack": "federated.attack.name", "workload": "workload.name"}
 # Top-level keys of every kind; the blocks a kind reads are `testbed.scenario.KIND_BLOCKS`.
-TOP_LEVEL = ("name", "kind", "description", "seed")
+TOP_LEVEL = ("name", "kind", "description", "seed", "device")
 NOT_A_PARAM = ("sweep", "claims")  # how variants are made, not what one run does
 SWEEP_IDS = "trackers"  # the folder of a run (or sweep) that keeps its trackers' run ids, for resume
 

@@ -8,6 +8,7 @@ Federated and decentralized runners reuse its model and training functions on cl
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -23,14 +24,30 @@ if TYPE_CHECKING:
     from testbed.workloads.audits import Audit
 
 def snapshot(value: Any) -> Any:
-    """A checkpointable copy of one piece of workload state."""
+    """A checkpointable copy of one piece of workload state, its tensors on the CPU (a checkpoint
+    loads on any machine, and a state crosses processes without a device)."""
     if isinstance(value, torch.Generator):
         return value.get_state()
     if isinstance(value, np.random.Generator):
         return value.bit_generator.state
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    return value.state_dict() if hasattr(value, "state_dict") else value
+        return value.detach().to("cpu", copy=True)
+    return on_cpu(value.state_dict()) if hasattr(value, "state_dict") else value
+
+
+def on_cpu(value: Any) -> Any:
+    """``value`` with every tensor in it (in nested dicts, lists and tuples) on the CPU; a CPU
+    tensor is kept as it is, so a CPU run's state is the same objects."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        moved = copy.copy(value)  # keeps the mapping's type and a module state's ``_metadata``
+        for key, item in value.items():
+            moved[key] = on_cpu(item)
+        return moved
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_cpu(item) for item in value) if type(value) in (list, tuple) else value
+    return value
 
 
 def restored(current: Any, saved: Any) -> Any:
@@ -44,7 +61,7 @@ def restored(current: Any, saved: Any) -> Any:
         with torch.no_grad():
             current.copy_(saved)
     elif isinstance(current, torch.Tensor):
-        return saved.clone()
+        return saved.to(current.device, copy=True)
     elif hasattr(current, "load_state_dict"):
         current.load_state_dict(saved)
     else:
@@ -69,11 +86,27 @@ class Workload(ABC):
     # saved and restored by the default `state_dict` / `load_state_dict`; a workload whose state does
     # not fit this overrides both.
     checkpointed: ClassVar[tuple[str, ...]] = ()
+    # Whether train and evaluate run on a CUDA device given by `to_device` (models and batches moved
+    # there); ``device: cuda`` is refused for a workload that does not declare it (`testbed.device`).
+    supports_cuda: ClassVar[bool] = False
 
     def __init__(self, config: StrictModel, data: DataConfig, seeds: SeedTree):
         self.config = config
         self.data_config = data
         self.seeds = seeds
+        self.device = torch.device("cpu")
+
+    def to_device(self, device: torch.device) -> None:
+        """Train and evaluate on ``device`` from now on: moves the ``checkpointed`` modules there.
+
+        Called on a fresh workload, before a checkpoint is loaded (an optimizer's loaded state then
+        follows its parameters). A workload that keeps other tensors on the device overrides this.
+        """
+        self.device = device
+        for name in self.checkpointed:
+            value = getattr(self, name)
+            if isinstance(value, torch.nn.Module):
+                value.to(device)
 
     @staticmethod  # noqa: B027  (plugin workloads may have no checks)
     def check(config: Any, data: DataConfig) -> None:

@@ -44,12 +44,16 @@ def train_chunk(scenario_data: dict, seeds: SeedTree, state: dict | None, start:
     Training metrics are averaged over the steps since the previous record, carried across
     chunks in the state, so records do not depend on where checkpoints fall.
     """
+    import torch
+
     from testbed.determinism import single_threaded
+    from testbed.device import run_device
 
     scenario = Scenario.model_validate(scenario_data)
     loop = scenario.training
     with single_threaded():
         workload = build_workload(scenario, seeds)
+        workload.to_device(torch.device(run_device(scenario)))  # before a checkpoint loads: its state follows
         pending: dict[str, float] = {}
         pending_steps = 0
         if state is not None:

@@ -1,7 +1,8 @@
 """The one optimisation step every workload takes: zero the gradients, backpropagate, clip, step.
 
 Workloads call `optimizer_step` instead of writing the four lines again, so a change to how a step
-is taken (gradient clipping, a check that the loss is finite) is made once.
+is taken (gradient clipping, a check that the loss is finite) is made once; `model_device` says
+where a model's batches go (the run's device, `testbed.device`).
 """
 
 from __future__ import annotations
@@ -25,3 +26,8 @@ def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, *, clip
         torch.nn.utils.clip_grad_norm_(held, clip_norm)
     optimizer.step()
     return float(loss.detach())
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters, where its batches must go (the CPU for a model without any)."""
+    return next(model.parameters(), torch.empty(0)).device

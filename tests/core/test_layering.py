@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.claims.statistics", "testbed.claims.evaluate"),  # claims as the schema sees them: no run folders
     ("testbed.run", "testbed.provenance", "testbed.trackers", "testbed.report", "testbed.runner", "testbed.loading",
      "testbed.sweep_status", "testbed.sweep_names",
+     "testbed.device",  # resolves a scenario's device: reads the workload registry
      "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training", "testbed.workloads.audits",
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps", "testbed.claims.check"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),

@@ -56,7 +56,7 @@ def test_mlflow_works_with_the_default_relative_run_folder_and_stays_off_the_con
     assert run.data.metrics["test_accuracy"] == pytest.approx(final["test_accuracy"])
     assert run.data.params["workload.hidden"] == "16" and run.data.tags["kind"] == "workload"
     # the blocks a workload run reads, not the sweep or another kind's
-    assert {key.split(".")[0] for key in run.data.params} == {"name", "kind", "description", "seed", "engine",
+    assert {key.split(".")[0] for key in run.data.params} == {"name", "kind", "description", "seed", "device", "engine",
                                                               "data", "workload", "training", "report"}
     from mlflow.tracking import MlflowClient
 

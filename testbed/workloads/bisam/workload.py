@@ -36,7 +36,7 @@ from testbed.workloads.bisam.optimizer import BiSAM
 from testbed.workloads.bisam.report import PerturbationProfileSection
 from testbed.workloads.bisam.surrogate import LowerBoundSurrogate, zero_one_loss
 from testbed.workloads.classifier.config import ClassifierConfig
-from testbed.workloads.classifier.model import BatchStream, evaluate_model, make_optimizer
+from testbed.workloads.classifier.model import BatchStream, evaluate_model, make_optimizer, on_device_of
 from testbed.workloads.classifier.report import ConfusionSection
 from testbed.workloads.classifier.workload import ClassifierWorkload
 
@@ -84,7 +84,7 @@ def train_sharpness_steps(model: nn.Module, optimizer: BiSAM, data: Dataset, str
     and the mean ascent objective at ``w`` (the lower bound for bisam, CE for sam; absent for sgd).
     ``lr_at`` sets the learning rate of each step from its index (``first_step`` onwards)."""
     model.train()
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    x, y = on_device_of(model, data)
     loss_sum, error_sum, ascent_sum = 0.0, 0.0, 0.0
     for index in range(steps):
         if lr_at is not None:
@@ -114,7 +114,7 @@ def train_sharpness_epochs(model: nn.Module, optimizer: BiSAM, data: Dataset, ep
     the perturbation still ascends the classification objective alone.
     """
     model.train()
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    x, y = on_device_of(model, data)
     anchor = [p.detach().clone() for p in model.parameters()]
     total, batches = 0.0, 0
     for _ in range(epochs):
@@ -181,6 +181,7 @@ class BiSAMWorkload(ClassifierWorkload):
     optimizer: BiSAM  # built by optimizer_for
     check = staticmethod(check)
     checkpointed = (*ClassifierWorkload.checkpointed, "best_validation")
+    supports_cuda = True  # its batches too go to the model's device (`on_device_of`)
     report_sections = [PerturbationProfileSection(), ConfusionSection()]
 
     def __init__(self, config: BiSAMConfig, data: DataConfig, seeds: SeedTree):
@@ -238,8 +239,7 @@ class BiSAMWorkload(ClassifierWorkload):
     def artifacts(self) -> dict[str, np.ndarray]:
         config = self.config
         surrogate = LowerBoundSurrogate(config.surrogate, config.mu, config.alpha)
-        x = torch.from_numpy(self.train_set.x[:PROFILE_SAMPLES])
-        y = torch.from_numpy(self.train_set.y[:PROFILE_SAMPLES])
+        x, y = (tensor[:PROFILE_SAMPLES] for tensor in on_device_of(self.model, self.train_set))
         radii = np.asarray(PROFILE_RADII) * config.rho
         # The profile before the confusion matrix, as it always was: undoing its perturbations is not exact.
         profile = perturbation_profile(self.model, surrogate, x, y, radii)

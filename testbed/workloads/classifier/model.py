@@ -21,7 +21,7 @@ from torch import nn
 
 from testbed.data import Dataset
 from testbed.workloads.classifier.config import ClassifierConfig
-from testbed.workloads.training import optimizer_step
+from testbed.workloads.training import model_device, optimizer_step
 
 
 def build_classifier(config: ClassifierConfig, data: Dataset) -> nn.Module:
@@ -67,10 +67,17 @@ def make_optimizer(model: nn.Module, config: ClassifierConfig) -> torch.optim.Op
                            weight_decay=config.weight_decay)
 
 
+def on_device_of(model: nn.Module, data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """``data``'s features and labels as tensors on ``model``'s device (moved once per call, not
+    per batch: client data sets are small; on the CPU they share the arrays' memory)."""
+    device = model_device(model)
+    return torch.from_numpy(data.x).to(device), torch.from_numpy(data.y).to(device)
+
+
 def evaluate_model(model: nn.Module, data: Dataset, batch_size: int = 512) -> dict[str, float]:
     """Accuracy and mean cross-entropy of ``model`` on ``data``."""
     model.eval()
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    x, y = on_device_of(model, data)
     loss_sum, correct = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(y), batch_size):
@@ -85,7 +92,7 @@ def confusion_matrix(model: nn.Module, data: Dataset) -> np.ndarray:
     """Counts of (true class, predicted class) on ``data``."""
     model.eval()
     with torch.no_grad():
-        predicted = model(torch.from_numpy(data.x)).argmax(dim=1).numpy()
+        predicted = model(on_device_of(model, data)[0]).argmax(dim=1).cpu().numpy()
     matrix = np.zeros((data.num_classes, data.num_classes), dtype=np.int64)
     np.add.at(matrix, (data.y, predicted), 1)
     return matrix
@@ -119,7 +126,7 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Datas
                  batch_size: int, generator: torch.Generator, proximal_mu: float = 0.0) -> float:
     """Local epochs of SGD over shuffled batches, with FedProx's proximal term when ``proximal_mu`` > 0."""
     model.train()
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    x, y = on_device_of(model, data)
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
     total, batches = 0.0, 0
     for _ in range(epochs):
@@ -139,7 +146,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, data: Datase
                 stream: BatchStream, steps: int) -> float:
     """Take ``steps`` SGD steps on batches from ``stream``; return the mean training loss."""
     model.train()
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    x, y = on_device_of(model, data)
     total = 0.0
     for _ in range(steps):
         batch = stream.next()

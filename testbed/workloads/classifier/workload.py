@@ -44,6 +44,7 @@ class ClassifierWorkload(FederatedWorkload):
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
     audits = {"membership": MembershipAudit}
+    supports_cuda = True  # `model` functions move batches to the model's device
 
     def __init__(self, config: ClassifierConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)

@@ -14,7 +14,7 @@ held-out regions x held-out storms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -57,6 +57,10 @@ class Batch:
     depth: torch.Tensor
     rain_m: torch.Tensor
     depth_m: torch.Tensor
+
+    def to(self, device: torch.device) -> Batch:
+        """This batch with its tensors on ``device``."""
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "combos"})
 
 
 class FloodData:

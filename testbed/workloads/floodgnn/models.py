@@ -43,7 +43,7 @@ def zero_last_layer(network: nn.Sequential) -> nn.Sequential:
 
 def flux_divergence(q: torch.Tensor, edges: torch.Tensor, num_nodes: int) -> torch.Tensor:
     """In-flow minus out-flow per node (N x d) of edge fluxes q (E x d) on directed ``edges`` (E x 2)."""
-    div = torch.zeros(num_nodes, q.shape[1], dtype=q.dtype)
+    div = torch.zeros(num_nodes, q.shape[1], dtype=q.dtype, device=q.device)
     return div.index_add(0, edges[:, 1], q).index_add(0, edges[:, 0], -q)
 
 
@@ -62,7 +62,7 @@ class ComGNN(nn.Module):
         self.decoder = zero_last_layer(mlp([hidden, hidden, 1]))
 
     def initial_flux(self, edges: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(len(edges), self.hidden)
+        return torch.zeros(len(edges), self.hidden, device=edges.device)
 
     def dispersion(self, x: torch.Tensor, z: torch.Tensor, q: torch.Tensor,
                    edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
@@ -97,7 +97,7 @@ class MessagePassingGNN(nn.Module):
         self.decoder = zero_last_layer(mlp([hidden, hidden, 1]))
 
     def initial_flux(self, edges: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(0)
+        return torch.zeros(0, device=edges.device)
 
     def forward(self, rain: torch.Tensor, depth: torch.Tensor, elevation: torch.Tensor, q: torch.Tensor,
                 edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,7 +118,7 @@ class RainIncrement(nn.Module):
         self.alpha = nn.Parameter(torch.tensor(float(alpha)), requires_grad=False)
 
     def initial_flux(self, edges: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(0)
+        return torch.zeros(0, device=edges.device)
 
     def forward(self, rain: torch.Tensor, depth: torch.Tensor, elevation: torch.Tensor, q: torch.Tensor,
                 edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

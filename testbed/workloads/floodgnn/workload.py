@@ -52,6 +52,7 @@ class FloodGNNWorkload(Workload):
     checkpointed = ("model", "optimizer", "steps_done")
     headline_metric = ("test_rmse", "min")
     report_sections = [CSIFloorSection(), ErrorGrowthSection(), DepthMapSection()]
+    supports_cuda = True  # the batches and the Rain-Incr reference follow the model (`to_device`)
 
     def __init__(self, config: FloodGNNConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
@@ -74,6 +75,12 @@ class FloodGNNWorkload(Workload):
             return RainIncrement(float(self.rain_increment.alpha))
         reference = ComGNN(config.hidden, config.blocks)
         return reference if config.variant == "comgnn" else matched_baseline(reference, config.blocks)
+
+    def to_device(self, device: torch.device) -> None:
+        super().to_device(device)
+        self.rain_increment.to(device)
+        self.train_batch, self.heldout_batch, self.unseen_batch = (
+            batch.to(device) for batch in (self.train_batch, self.heldout_batch, self.unseen_batch))
 
     def train(self, steps: int) -> dict[str, float]:
         self.steps_done += steps
@@ -113,10 +120,10 @@ class FloodGNNWorkload(Workload):
         first = slice(0, side * side)  # the first held-out combination, for the depth maps
         region, event = batch.combos[0]
         return {"variant": np.array(self.config.variant), "steps": np.arange(1, steps + 1),
-                "rmse_curve": rmse_per_step(own, truth).numpy(),
-                "rainincr_rmse_curve": rmse_per_step(reference, truth).numpy(),
+                "rmse_curve": rmse_per_step(own, truth).cpu().numpy(),
+                "rainincr_rmse_curve": rmse_per_step(reference, truth).cpu().numpy(),
                 "combo": np.array([region, event]), "elevation": self.data.crops[region],
-                "truth_map": truth[-1, first].reshape(side, side).numpy(),
-                "predicted_map": own[-1, first].reshape(side, side).numpy(),
-                "rainincr_map": reference[-1, first].reshape(side, side).numpy(),
+                "truth_map": truth[-1, first].reshape(side, side).cpu().numpy(),
+                "predicted_map": own[-1, first].reshape(side, side).cpu().numpy(),
+                "rainincr_map": reference[-1, first].reshape(side, side).cpu().numpy(),
                 "edges": self.data.edges[region].numpy()}

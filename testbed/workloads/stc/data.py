@@ -15,7 +15,7 @@ CUE_LEVEL = 0.5
 def recall_batch(first_frames: torch.Tensor, delay: int) -> torch.Tensor:
     """Inputs ``[B, delay + 1, H, W]``: the frame at t = 0, blanks, and the uniform cue at t = ``delay``."""
     batch, height, width = first_frames.shape
-    inputs = torch.zeros(batch, delay + 1, height, width)
+    inputs = torch.zeros(batch, delay + 1, height, width, device=first_frames.device)
     inputs[:, 0] = first_frames
     inputs[:, delay] = CUE_LEVEL
     return inputs

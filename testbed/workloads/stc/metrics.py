@@ -15,8 +15,8 @@ SIGMA = 1.5
 C1, C2 = 0.01**2, 0.03**2
 
 
-def _window() -> torch.Tensor:
-    offsets = torch.arange(WINDOW, dtype=torch.float32) - (WINDOW - 1) / 2
+def _window(device: torch.device) -> torch.Tensor:
+    offsets = torch.arange(WINDOW, dtype=torch.float32, device=device) - (WINDOW - 1) / 2
     profile = torch.exp(-(offsets**2) / (2 * SIGMA**2))
     profile = profile / profile.sum()
     return (profile[:, None] * profile[None, :])[None, None]
@@ -27,7 +27,7 @@ def ssim(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     shape = prediction.shape[:-2]
     x = prediction.reshape(-1, 1, *prediction.shape[-2:])
     y = target.reshape(-1, 1, *target.shape[-2:])
-    window = _window()
+    window = _window(prediction.device)
     blur = lambda image: torch.nn.functional.conv2d(image, window)
     mu_x, mu_y = blur(x), blur(y)
     var_x, var_y = blur(x * x) - mu_x**2, blur(y * y) - mu_y**2

@@ -34,7 +34,8 @@ class SpikingPredictor(nn.Module):
 
     def initial_state(self, batch: int, height: int, width: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         shape = (batch, self.readout.in_channels, height // PATCH, width // PATCH)
-        return [(torch.zeros(shape), torch.zeros(shape)) for _ in self.layers]
+        device = self.readout.weight.device
+        return [(torch.zeros(shape, device=device), torch.zeros(shape, device=device)) for _ in self.layers]
 
     def step(self, frame: torch.Tensor, state: list) -> tuple[torch.Tensor, list]:
         """Feed one frame ``[B, H, W]``; return the predicted next frame and the new state."""

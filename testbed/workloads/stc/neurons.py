@@ -85,7 +85,8 @@ class SpikingLayer(nn.Module):
             return membrane * retain + current * admit
         if self.neuron == "if":
             return membrane + current
-        inverse_tau = torch.sigmoid(self.w) if self.neuron == "plif" else torch.tensor(1.0 / self.tau)
+        inverse_tau = (torch.sigmoid(self.w) if self.neuron == "plif"
+                       else torch.tensor(1.0 / self.tau, device=membrane.device))
         return (1 - inverse_tau) * membrane + inverse_tau * current
 
     def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, tuple]:

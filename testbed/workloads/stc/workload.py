@@ -27,7 +27,7 @@ from testbed.workloads.stc.data import recall_batch
 from testbed.workloads.stc.metrics import frame_metrics
 from testbed.workloads.stc.network import SpikingPredictor
 from testbed.workloads.stc.report import SECTIONS
-from testbed.workloads.training import optimizer_step
+from testbed.workloads.training import model_device, optimizer_step
 
 SHOWN = 4  # test sequences kept for the report
 
@@ -61,6 +61,7 @@ class STCWorkload(FederatedWorkload):
     checkpointed = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_mse", "min")
     report_sections = SECTIONS
+    supports_cuda = True  # the frames follow the model (`to_device`, `model_device`)
 
     def __init__(self, config: STCConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)
@@ -78,6 +79,10 @@ class STCWorkload(FederatedWorkload):
 
     def build_model(self) -> SpikingPredictor:
         return build_predictor(self.config)
+
+    def to_device(self, device: torch.device) -> None:
+        super().to_device(device)
+        self.train_x, self.test_x = self.train_x.to(device), self.test_x.to(device)
 
     def _loss(self, frames: torch.Tensor) -> torch.Tensor:
         if self.config.task == "recall":
@@ -121,7 +126,7 @@ class STCWorkload(FederatedWorkload):
         """Local epochs of Adam on next-frame prediction over the client's sequences."""
         assert isinstance(config, STCConfig) and isinstance(model, SpikingPredictor)  # built by model_for
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        frames = torch.from_numpy(data.x)
+        frames = torch.from_numpy(data.x).to(model_device(model))
         anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
         model.train()
         total, batches = 0.0, 0
@@ -138,16 +143,17 @@ class STCWorkload(FederatedWorkload):
     @classmethod
     def evaluate_model(cls, model: torch.nn.Module, data: Dataset) -> dict[str, float]:
         assert isinstance(model, SpikingPredictor)  # built by model_for
-        metrics = future_metrics(model, torch.from_numpy(data.x))
+        metrics = future_metrics(model, torch.from_numpy(data.x).to(model_device(model)))
         return {f"test_{key}": value for key, value in metrics.items()}
 
     def artifacts(self) -> dict[str, np.ndarray]:
         frames = self.test_x[:SHOWN]
         if self.config.task == "recall":
-            return {"recall_targets": frames[:, 0].numpy(), "recall_outputs": self.recalled()[:SHOWN].numpy()}
+            return {"recall_targets": frames[:, 0].cpu().numpy(),
+                    "recall_outputs": self.recalled()[:SHOWN].cpu().numpy()}
         self.model.eval()
         with torch.no_grad():
             predicted = self.model.predict(self.test_x, self.config.frames_in)[:, self.config.frames_in - 1 :]
         horizon_mse = ((predicted.clamp(0, 1) - self.test_x[:, self.config.frames_in :]) ** 2).mean((0, 2, 3))
-        return {"targets": frames.numpy(), "predictions": predicted[:SHOWN].numpy(),
-                "frames_in": np.array(self.config.frames_in), "horizon_mse": horizon_mse.numpy()}
+        return {"targets": frames.cpu().numpy(), "predictions": predicted[:SHOWN].cpu().numpy(),
+                "frames_in": np.array(self.config.frames_in), "horizon_mse": horizon_mse.cpu().numpy()}
