@@ -3,7 +3,9 @@
 1. The same FedAvg scenario through `testbed run` and written directly against Flower's
    `run_simulation` (same model, data and partitions): wall-time ratio, target <= 1.1.
 2. Server aggregation time of SDEA against FedAvg at 10, 50 and 100 clients (the aggregation math
-   alone, on perturbed copies of the digits CNN).
+   alone, on perturbed copies of the digits CNN), with one torch thread as the federated server runs
+   every aggregation; `benchmarks/bench_sdea.py` grows it over clients and public images and
+   measures its floor.
 3. With ``--scale N [N ...]``: one round of FedAvg with N clients through the testbed, reporting the
    clients that actually trained, wall time (start-up included) and peak memory of the process
    tree (driver, Ray, actors); then the peak at the largest N over the peak at the smallest
@@ -109,6 +111,7 @@ def testbed_vs_flower(rounds: int, clients: int) -> None:
 
 def aggregation_times() -> None:
     from testbed.data import PublicDataConfig, augment_views, load_dataset, public_images
+    from testbed.determinism import single_threaded
     from testbed.seeding import SeedTree
     from testbed.strategies.sdea import sdea_weights
     from testbed.strategies.vectors import stack_states
@@ -124,14 +127,18 @@ def aggregation_times() -> None:
     for n in (10, 50, 100):
         states = [{k: v + 0.01 * torch.randn_like(v.float()).to(v.dtype) if v.is_floating_point() else v
                    for k, v in base.items()} for _ in range(n)]
-        started = time.perf_counter()
-        stacked = stack_states(states)
-        weights = torch.full((n,), 1.0 / n)
-        _ = weights @ stacked
-        fedavg = time.perf_counter() - started
-        started = time.perf_counter()
-        sdea_weights(model_fn, states, public, augment_views, epochs=20, generator=torch.Generator().manual_seed(0))
-        sdea = time.perf_counter() - started
+        # One thread, as the server aggregates: with torch's default two, a loaded machine made SDEA's
+        # 160 small steps spin (107.7 s a round at 10 clients, against 1-4 s on one thread).
+        with single_threaded():
+            started = time.perf_counter()
+            stacked = stack_states(states)
+            weights = torch.full((n,), 1.0 / n)
+            _ = weights @ stacked
+            fedavg = time.perf_counter() - started
+            started = time.perf_counter()
+            sdea_weights(model_fn, states, public, augment_views, epochs=20,
+                         generator=torch.Generator().manual_seed(0))
+            sdea = time.perf_counter() - started
         print(f"   {n:>7} {fedavg:>10.4f} {sdea:>10.2f} {sdea / fedavg:>8.0f}")
 
 

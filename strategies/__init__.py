@@ -21,13 +21,36 @@ Layout:
   mod), ``poisoned_data`` (its data hook) and ``ServerSideAttackStrategy`` (the omniscient ones).
 """
 
-from .attack_base import attack
-from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
-from .base import RobustFedAvg, ServerSideAttack
-from .flower import RFA, SDEA, DnC, FLTrust
-from .mods import ServerSideAttackStrategy, byzantine_mod, poisoned_data
-from .robust import Aggregate
-from .sdea import sdea_weights
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .attack_base import attack
+    from .attacks import ATTACKS, Attack, poison_labels, poison_updates, random_model_vector
+    from .base import RobustFedAvg, ServerSideAttack
+    from .flower import RFA, SDEA, DnC, FLTrust
+    from .mods import ServerSideAttackStrategy, byzantine_mod, poisoned_data
+    from .robust import Aggregate
+    from .sdea import sdea_weights
+
+# Each name's module, imported on first use (PEP 562): a light reader (the testbed's validation reads
+# the attack declarations) then loads neither torch nor Flower, which the strategies themselves need.
+_HOMES = {
+    "attack": "attack_base", "ATTACKS": "attacks", "Attack": "attacks", "poison_labels": "attacks",
+    "poison_updates": "attacks", "random_model_vector": "attacks", "RobustFedAvg": "base",
+    "ServerSideAttack": "base", "RFA": "flower", "SDEA": "flower", "DnC": "flower", "FLTrust": "flower",
+    "ServerSideAttackStrategy": "mods", "byzantine_mod": "mods", "poisoned_data": "mods", "Aggregate": "robust",
+    "sdea_weights": "sdea",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+
 
 __all__ = [
     "ATTACKS",

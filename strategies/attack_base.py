@@ -2,7 +2,8 @@
 
 An attack is declared once, where its function is written: its name (the function's, unless
 given), its kind and its capabilities ride on the decorator, and its typed parameters are the
-function's keyword-only arguments (the testbed reads them from the signature). The registry
+function's keyword-only arguments (the testbed reads them from the signature), and the checks of
+their values ride on it too (``check``), so a scenario's values are checked without torch. The registry
 ``ATTACKS`` (:mod:`testbed.strategies.attacks`) is derived from these declarations, and a variant
 of an attack under another threat model (:mod:`testbed.strategies.marsfl`) is declared with
 `variant`, naming the attack it varies; `derive_attacks` files it there, not a table beside it.
@@ -26,6 +27,13 @@ class Attack:
     states and ``init``, the round-0 model) rather than updates, and its ``variants``: the function
     under each other threat model that changes it (threat model -> function, same signature).
 
+    ``check`` refuses out-of-range parameter values without running the attack (so without torch):
+    it is called with the keyword parameters its signature names, defaults filled in (a backdoor's
+    also gets the data's ``num_classes`` and one sample's ``shape``), and raises ValueError("param:
+    why"), the message the function itself gives; `unchecked` for an attack whose every value of the
+    declared types is valid; None (a plugin that declares none) leaves the testbed to play the
+    function once on a tiny input.
+
     Calling an Attack calls its function, so a declared attack is used like the function it was."""
 
     name: str
@@ -35,6 +43,7 @@ class Attack:
     boosted: bool = False
     full_model: bool = False
     variants: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False, hash=False)
+    check: Callable[..., None] | None = field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -45,13 +54,20 @@ class Attack:
 
 
 def attack(kind: str, *, name: str | None = None, omniscient: bool = False, boosted: bool = False,
-           full_model: bool = False) -> Callable[[Callable[..., Any]], Attack]:
-    """Declare the decorated function an attack of ``kind``, named ``name`` (default: its own)."""
+           full_model: bool = False,
+           check: Callable[..., None] | None = None) -> Callable[[Callable[..., Any]], Attack]:
+    """Declare the decorated function an attack of ``kind``, named ``name`` (default: its own), whose
+    parameter values ``check`` refuses (`Attack`)."""
 
     def declare(fn: Callable[..., Any]) -> Attack:
-        return Attack(name or fn.__name__, kind, fn, omniscient=omniscient, boosted=boosted, full_model=full_model)
+        return Attack(name or fn.__name__, kind, fn, omniscient=omniscient, boosted=boosted, full_model=full_model,
+                      check=check)
 
     return declare
+
+
+def unchecked(**params: Any) -> None:
+    """The ``check`` of an attack whose every parameter value of the declared types is valid."""
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-
-import torch
-from torch import Generator, Tensor
+from typing import TYPE_CHECKING
 
 from . import backdoor, marsfl, omniscient
-from .attack_base import Attack, attack, derive_attacks
-from .vectors import flatten_state
+from .attack_base import Attack, attack, derive_attacks, unchecked
+
+if TYPE_CHECKING:  # the declarations import no torch (validation reads them); the functions do
+    import torch
+    from torch import Generator, Tensor
 
 
 def _check_rate(rate: float) -> None:
@@ -53,18 +54,22 @@ def _check_labels(labels: Tensor, num_classes: int) -> None:
         raise ValueError(f"labels: must lie in [0, {num_classes}), got range [{lo}, {hi}]")
 
 
-@attack("data")
+@attack("data", check=_check_rate)
 def pair_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: float = 0.5) -> Tensor:
     """Pair flipping: each label ``c`` becomes ``(c + 1) mod C`` with probability ``rate``."""
+    import torch
+
     _check_rate(rate)
     _check_labels(labels, num_classes)
     flip = torch.rand(labels.shape, generator=generator) < rate
     return torch.where(flip, (labels + 1) % num_classes, labels)
 
 
-@attack("data")
+@attack("data", check=_check_rate)
 def sym_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: float = 0.5) -> Tensor:
     """Symmetric flipping: with probability ``rate`` a label moves to a uniformly drawn *other* class."""
+    import torch
+
     _check_rate(rate)
     _check_labels(labels, num_classes)
     flip = torch.rand(labels.shape, generator=generator) < rate
@@ -73,17 +78,26 @@ def sym_flip(labels: Tensor, num_classes: int, generator: Generator, *, rate: fl
     return torch.where(flip, (labels + offset) % num_classes, labels)
 
 
-@attack("model")
+def _check_scale(scale: float) -> None:
+    if scale <= 0:
+        raise ValueError(f"scale: must be > 0, got {scale}")
+
+
+@attack("model", check=_check_scale)
 def sign_flip(
     malicious: Tensor, benign: Tensor, generator: Generator | None = None, *, scale: float = 1.0
 ) -> Tensor:
     """Sign flipping: send ``-scale * update`` (scale 1 reverses the client's own update)."""
-    if scale <= 0:
-        raise ValueError(f"scale: must be > 0, got {scale}")
+    _check_scale(scale)
     return -scale * malicious
 
 
-@attack("model")
+def _check_sigma(sigma: float) -> None:
+    if sigma <= 0:
+        raise ValueError(f"sigma: must be > 0, got {sigma}")
+
+
+@attack("model", check=_check_sigma)
 def gaussian(
     malicious: Tensor,
     benign: Tensor,
@@ -93,13 +107,16 @@ def gaussian(
     mean: float = 0.0,
 ) -> Tensor:
     """Gaussian noise: replace each upload by i.i.d. ``N(mean, sigma^2)`` noise."""
-    if sigma <= 0:
-        raise ValueError(f"sigma: must be > 0, got {sigma}")
+    import torch
+
+    _check_sigma(sigma)
     noise = torch.randn(malicious.shape, generator=generator, dtype=malicious.dtype)
     return mean + sigma * noise
 
 
 def _check_init(malicious: Tensor, init: Tensor | None) -> Tensor:
+    import torch
+
     if init is None:
         raise ValueError("init: required, a flat random-model vector (see random_model_vector)")
     init = torch.as_tensor(init, dtype=malicious.dtype).reshape(-1)
@@ -108,7 +125,7 @@ def _check_init(malicious: Tensor, init: Tensor | None) -> Tensor:
     return init
 
 
-@attack("model", name="random_noise", full_model=True)  # SDEA's "RanN"
+@attack("model", name="random_noise", full_model=True, check=unchecked)  # SDEA's "RanN"
 def random_model(
     malicious: Tensor, benign: Tensor, generator: Generator | None = None, *, init: Tensor | None = None
 ) -> Tensor:
@@ -119,7 +136,12 @@ def random_model(
     return _check_init(malicious, init).expand(malicious.shape[0], -1).clone()
 
 
-@attack("model", full_model=True)
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha: must be in [0, 1], got {alpha}")
+
+
+@attack("model", full_model=True, check=_check_alpha)
 def add_noise(
     malicious: Tensor,
     benign: Tensor,
@@ -129,8 +151,7 @@ def add_noise(
     alpha: float = 0.5,
 ) -> Tensor:
     """AddNoise (SDEA's code): move the upload toward a random model, ``theta + alpha (init - theta)``."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha: must be in [0, 1], got {alpha}")
+    _check_alpha(alpha)
     return malicious + alpha * (_check_init(malicious, init) - malicious)
 
 
@@ -139,6 +160,10 @@ def random_model_vector(model_fn: Callable[[], torch.nn.Module], seed: int) -> T
 
     The global RNG is forked, so calling this does not disturb other random streams.
     """
+    import torch
+
+    from .vectors import flatten_state
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return flatten_state(model_fn().state_dict())
@@ -181,6 +206,8 @@ def poison_updates(
 
     The benign rows (``~malicious_mask``) are what omniscient attacks observe.
     """
+    import torch
+
     attack = get_attack(name, "model")
     mask = torch.as_tensor(malicious_mask, dtype=torch.bool).reshape(-1)
     if mask.numel() != updates.shape[0]:

@@ -20,10 +20,12 @@ with the target as its label; the share a model classifies as ``target`` is the 
 
 from __future__ import annotations
 
-import torch
-from torch import Generator, Tensor
+from typing import TYPE_CHECKING
 
 from .attack_base import attack
+
+if TYPE_CHECKING:  # the declarations import no torch (validation reads them); the functions do
+    from torch import Generator, Tensor
 
 # The largest trigger value in size. Images are scaled to [0, 1] and tables standardised (z-scores
 # of a few units), so a trigger of a few units is already conspicuous; 1000 leaves wide room and
@@ -46,25 +48,39 @@ def _check(target: int, poison_fraction: float, patch_size: int, num_classes: in
         raise ValueError(f"target: must be a class in [0, {num_classes}), got {target}")
 
 
+def _check_patch(patch_size: int, shape: tuple[int, ...]) -> None:
+    """A trigger fits the samples of ``shape``: an image's (``[c, h, w]``) height and width; flat data any."""
+    if len(shape) >= 2 and patch_size > min(shape[-2:]):
+        raise ValueError(f"patch_size: {patch_size} is larger than the images ({tuple(int(s) for s in shape[-2:])})")
+
+
+def _check_badnets(target: int, poison_fraction: float, patch_size: int, value: float, num_classes: int,
+                   shape: tuple[int, ...]) -> None:
+    """BadNets' values against data of ``num_classes`` classes and samples of ``shape``, in its run's order."""
+    _check(target, poison_fraction, patch_size, num_classes, value)
+    _check_patch(patch_size, shape)
+
+
 def stamp_trigger(x: Tensor, *, patch_size: int = 2, value: float = 1.0) -> Tensor:
     """``x`` with the trigger stamped on every sample: images ``[n, c, h, w]`` get a square in the
     bottom-right corner of every channel, flat ``[n, d]`` data its last ``patch_size**2`` features."""
     out = x.clone()
     if out.dim() >= 3:
-        if patch_size > min(out.shape[-2:]):
-            raise ValueError(f"patch_size: {patch_size} is larger than the images ({tuple(out.shape[-2:])})")
+        _check_patch(patch_size, tuple(out.shape[1:]))
         out[..., -patch_size:, -patch_size:] = value
     else:
         out[:, -min(patch_size * patch_size, out.shape[1]):] = value
     return out
 
 
-@attack("backdoor")
+@attack("backdoor", check=_check_badnets)
 def badnets(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, target: int = 0,
             poison_fraction: float = 0.5, patch_size: int = 2, value: float = 1.0) -> tuple[Tensor, Tensor]:
     """BadNets (Gu et al. 2017): a ``poison_fraction`` share of the samples triggered and relabelled ``target``.
 
     The share is drawn from ``generator``."""
+    import torch
+
     _check(target, poison_fraction, patch_size, num_classes, value)
     chosen = torch.rand(len(y), generator=generator) < poison_fraction
     x, y = x.clone(), y.clone()
@@ -78,15 +94,25 @@ def badnets(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, tar
 MAX_BOOST = 1e6
 
 
-@attack("backdoor", boosted=True)
+def _check_boost(boost: float | None) -> None:
+    if boost is not None and not 0 < boost <= MAX_BOOST:
+        raise ValueError(f"boost: must be in (0, {MAX_BOOST:g}], got {boost}")
+
+
+def _check_replacement(target: int, poison_fraction: float, patch_size: int, value: float, boost: float | None,
+                       num_classes: int, shape: tuple[int, ...]) -> None:
+    _check_boost(boost)
+    _check_badnets(target, poison_fraction, patch_size, value, num_classes, shape)
+
+
+@attack("backdoor", boosted=True, check=_check_replacement)
 def model_replacement(x: Tensor, y: Tensor, num_classes: int, generator: Generator, *, target: int = 0,
                       poison_fraction: float = 0.5, patch_size: int = 2, value: float = 1.0,
                       boost: float | None = None) -> tuple[Tensor, Tensor]:
     """Model replacement (Bagdasaryan et al. 2020): BadNets' poisoning, then ``global + boost (local - global)`` sent.
 
     This function poisons the data; the boost is applied to the upload (:func:`scale_update`)."""
-    if boost is not None and not 0 < boost <= MAX_BOOST:
-        raise ValueError(f"boost: must be in (0, {MAX_BOOST:g}], got {boost}")
+    _check_boost(boost)
     return badnets(x, y, num_classes, generator, target=target, poison_fraction=poison_fraction,
                    patch_size=patch_size, value=value)
 
@@ -103,6 +129,8 @@ def triggered_test_set(x: Tensor, y: Tensor, *, target: int = 0, patch_size: int
                        value: float = 1.0) -> tuple[Tensor, Tensor]:
     """The inputs of the attack success rate: test samples not of class ``target``, triggered,
     labelled ``target``."""
+    import torch
+
     keep = y != target
     return stamp_trigger(x[keep], patch_size=patch_size, value=value), torch.full_like(y[keep], target)
 

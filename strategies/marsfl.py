@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-
-import torch
+from typing import TYPE_CHECKING
 
 from .attack_base import variant
+
+if TYPE_CHECKING:  # the declarations import no torch (validation reads them); the functions do
+    import torch
 from .omniscient import _benign_stats, _max_distance, _optimised, _sum_sq_distance
 
 THREAT_MODEL = "marsfl"
@@ -127,6 +129,8 @@ def min_sum(
 
 def parameter_mask(state: Mapping[str, torch.Tensor], parameter_names: set[str]) -> torch.Tensor:
     """Which entries of ``flatten_state(state)`` belong to the parameters named (the rest are buffers)."""
+    import torch
+
     return torch.cat([torch.full((torch.as_tensor(t).numel(),), key in parameter_names, dtype=torch.bool)
                       for key, t in state.items()])
 
@@ -151,6 +155,8 @@ def poison_states(
     """``states`` (full flat states ``[n, dim]``) with the malicious rows replaced by ``craft`` (an
     attack's variant under this threat model, e.g. ``ATTACKS["lie"].variants["marsfl"]``): crafted
     from the benign rows' updates ``states - global_vector``, written as parameters."""
+    import torch
+
     mask = torch.as_tensor(malicious_mask, dtype=torch.bool).reshape(-1)
     if mask.numel() != states.shape[0]:
         raise ValueError(f"malicious_mask: has {mask.numel()} entries, states have {states.shape[0]} rows")

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
+from .attack_base import attack, unchecked
 
-from .attack_base import attack
+if TYPE_CHECKING:  # the declarations import no torch (validation reads them); the functions do
+    import torch
 
 DIRECTIONS = ("unit", "std", "sign")
 
@@ -40,6 +42,8 @@ def _benign_stats(benign: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def lie_z(num_clients: int, num_malicious: int) -> float:
     """Baruch et al.'s ``z_max`` for ``n`` clients of which ``f`` are malicious."""
+    import torch
+
     if not 0 < num_malicious < num_clients:
         raise ValueError(f"num_malicious: need 0 < f < n, got f={num_malicious}, n={num_clients}")
     supporters = math.floor(num_clients / 2 + 1) - num_malicious
@@ -48,7 +52,7 @@ def lie_z(num_clients: int, num_malicious: int) -> float:
     return float(torch.special.ndtri(torch.tensor(quantile, dtype=torch.float64)))
 
 
-@attack("model", omniscient=True)
+@attack("model", omniscient=True, check=unchecked)
 def lie(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -69,22 +73,43 @@ def lie(
     return (mu - z * sigma).expand(m, -1).clone()
 
 
+def _check_direction(direction: str) -> None:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction: unknown {direction!r}; valid: {list(DIRECTIONS)}")
+
+
+def _check_search(gamma_init: float, tol: float) -> None:
+    if gamma_init <= 0 or tol <= 0:
+        raise ValueError(f"gamma_init/tol: must be > 0, got {gamma_init}/{tol}")
+
+
+def _check_optimised(direction: str, gamma_init: float, tol: float) -> None:
+    """Min-Max's and Min-Sum's values, in the order their run meets them."""
+    _check_direction(direction)
+    _check_search(gamma_init, tol)
+
+
 def _deviation(mu: torch.Tensor, sigma: torch.Tensor, direction: str) -> torch.Tensor:
     """The perturbation direction ``dev`` (the paper's ``-grad_p``)."""
+    import torch
+
+    _check_direction(direction)
     if direction == "unit":
         return mu / torch.clamp(torch.linalg.vector_norm(mu), min=torch.finfo(mu.dtype).tiny)
     if direction == "std":
         return sigma
-    if direction == "sign":
-        return torch.sign(mu)
-    raise ValueError(f"direction: unknown {direction!r}; valid: {list(DIRECTIONS)}")
+    return torch.sign(mu)
 
 
 def _max_distance(candidate: torch.Tensor, benign: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return torch.linalg.vector_norm(benign - candidate, dim=1).max()
 
 
 def _sum_sq_distance(candidate: torch.Tensor, benign: torch.Tensor) -> torch.Tensor:
+    import torch
+
     return (torch.linalg.vector_norm(benign - candidate, dim=1) ** 2).sum()
 
 
@@ -95,8 +120,7 @@ def _halving_search(feasible: Callable[[float], bool], gamma_init: float, tol: f
     moves up if feasible, down otherwise. ``gamma = 0`` (the benign mean) is
     always feasible, so 0 is the fallback. Reachable range: ``[0, 2*gamma_init)``.
     """
-    if gamma_init <= 0 or tol <= 0:
-        raise ValueError(f"gamma_init/tol: must be > 0, got {gamma_init}/{tol}")
+    _check_search(gamma_init, tol)
     gamma, step, best = gamma_init, gamma_init / 2, 0.0
     while step > tol:
         if feasible(gamma):
@@ -133,7 +157,7 @@ def _optimised(
     return (mu - gamma * dev).expand(malicious.shape[0], -1).clone()
 
 
-@attack("model", omniscient=True)
+@attack("model", omniscient=True, check=_check_optimised)
 def min_max(
     malicious: torch.Tensor,
     benign: torch.Tensor,
@@ -147,7 +171,7 @@ def min_max(
     return _optimised(malicious, benign, _max_distance, direction, gamma_init, tol)
 
 
-@attack("model", omniscient=True)
+@attack("model", omniscient=True, check=_check_optimised)
 def min_sum(
     malicious: torch.Tensor,
     benign: torch.Tensor,

@@ -39,6 +39,16 @@ Authors' code vs the paper's text (step 4), selected with ``rule``:
 
 Both fall back to uniform ``1/K`` with nobody flagged when FINCH finds a
 single cluster (the code's behaviour when FINCH raises).
+
+Cost per round: ``epochs * ceil(m / batch_size)`` Adam steps over ``m``
+public images, each one mix of the ``K`` states (``O(K d)``, forward and
+backward) and the forward and backward passes of the *one* mixed model on the
+two views of a batch; there is no forward pass per client. Unless ``K d`` is
+large, that is the model's own training cost on ``2 * epochs * m`` images,
+which keeps the step tens to thousands of times FedAvg's single weighted sum
+(benchmarks/bench_sdea.py; docs/performance.md). Run it with one intra-op
+thread on a busy CPU, as the federated server does: its many small kernels
+leave two threads waiting on each other.
 """
 
 from __future__ import annotations

@@ -19,14 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from PIL import Image
 
 from testbed.data.config import PublicDataConfig
 from testbed.data.glyphs import CHARACTERS, HELD_OUT_FONTS, draw_distortions, optdigits_8x8, render
+
+if TYPE_CHECKING:  # the sizes and checks here import no torch (validation reads them); the augmentation does
+    import torch
 
 # Side lengths of the square crops, in photo pixels (the photos are 427 x 640): small crops give
 # texture, large ones give shapes, so the set covers several scales.
@@ -162,6 +164,9 @@ def augment_views(x: torch.Tensor, generator: torch.Generator, min_area: float =
     All randomness comes from ``generator`` (a CPU torch Generator), so two calls give SDEA's two
     views and a rerun with the same seed gives the same views.
     """
+    import torch
+    import torch.nn.functional as F
+
     if x.ndim != 4 or not x.is_floating_point():
         raise ValueError(f"augment_views expects a float batch [B, C, H, W], got {tuple(x.shape)} {x.dtype}")
     draws = torch.rand(x.shape[0], 5, generator=generator, dtype=torch.float64)

@@ -26,11 +26,10 @@ only when that epsilon is below the power; above it, the audit is too weak to te
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
-import torch
-from scipy.signal import fftconvolve
 
 from testbed.privacy.one_run import (
     GUESS_FRACTIONS,
@@ -41,6 +40,9 @@ from testbed.privacy.one_run import (
     guess_counts,
     one_run_p_value,
 )
+
+if TYPE_CHECKING:  # the accountants import this module while validating a scenario: torch only where it runs
+    import torch
 
 # The statistics are the kind-independent one-run audit's (`testbed.privacy.one_run`), importable
 # from here as before.
@@ -58,6 +60,9 @@ def walk_attack_tables(walk: np.ndarray, source: int, steps: int) -> tuple[np.nd
     u in between (walk bridge) are sum_{j=1..g-1} W^j[v,u] W^{g-j}[u,v] / W^g[v,v], so the weight
     is that over g - 1 (0 for g = 1).
     """
+    import scipy.linalg as sla
+    from scipy.signal import fftconvolve  # about 0.4 s of imports, for the audit of a run only
+
     values, vectors = sla.eigh(walk)
     powers = values[None, :] ** np.arange(steps + 1)[:, None]  # [steps+1, n]
     to_v = (powers * vectors[source]) @ vectors.T  # W^k[u, v]
@@ -90,6 +95,8 @@ def gossip_observe(scores: torch.Tensor, nodes, sender_rows: torch.Tensor, weigh
                    messages: torch.Tensor) -> None:
     """Nodes ``nodes`` receive the round's messages (audit blocks [n, m]) from their neighbours
     (``sender_rows`` = their rows of `senders`); add the weighted evidence (in place)."""
+    import torch
+
     scores[torch.as_tensor(np.asarray(nodes))] -= sender_rows @ (weights[:, None] * messages.double())
 
 

@@ -7,6 +7,8 @@ comparison (accounting only); (3) each algorithm in turn, chunk by chunk on the 
 backend, a checkpoint after every chunk; (4) its final pairwise epsilon matrix, its epsilon by
 distance and the canary audit; (5) with ``privacy.non_private_baseline``, each algorithm again
 with no noise (`baseline_args`), evaluated only. The checkpoint holds all of it, so a resumed run redoes nothing.
+
+The plans import no torch (`testbed validate` runs `plan`); training imports it where it runs.
 """
 
 from __future__ import annotations
@@ -19,10 +21,8 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-import torch
 
-from testbed.decentralized import audit, comparison, privacy, steps
-from testbed.decentralized.backends import local_chunk
+from testbed.decentralized import audit, comparison, privacy
 from testbed.decentralized.config import DecentralizedConfig, PhaseSettings
 from testbed.decentralized.phase import PhaseArgs, build_phase, structure
 from testbed.decentralized.problem import Problem, build_graph
@@ -149,6 +149,8 @@ def comparison_arrays(scenario_data: dict, index: int) -> dict[str, np.ndarray]:
 
 def finish(problem: Problem, settings: PhaseSettings, the_plan: privacy.PrivacyPlan, state: dict) -> dict[str, Any]:
     """Final arrays and numbers of one algorithm: pairwise epsilon, its distance profile, audit."""
+    from testbed.decentralized import steps
+
     config = problem.config
     stop, n = the_plan.stop, problem.n
     if stop > 0:
@@ -214,14 +216,20 @@ def nodes_backend(engine: Engine, scenario_data: dict, n: int) -> Iterator[Any]:
         with HostedNodes(engine, scenario_data, n) as hosts:
             yield hosts.run_chunk
     else:
+        from testbed.decentralized.backends import local_chunk
+
         yield lambda args, state, start, stop: engine.call(local_chunk, scenario_data, args, state, start, stop)
 
 
 def initial_state(problem: Problem, args: PhaseArgs) -> dict:
+    from testbed.decentralized import steps
+
     return steps.initial_state(problem, build_phase(problem, args))
 
 
 def evaluate(problem: Problem, args: PhaseArgs, state: dict) -> dict[str, float]:
+    from testbed.decentralized import steps
+
     return steps.evaluate(problem, build_phase(problem, args), state)
 
 
@@ -243,12 +251,16 @@ def _convert(value: Any, leaf) -> Any:
 
 
 def _to_torch(value: Any) -> Any:
+    import torch
+
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.array(value)) if value.dtype.kind in "biuf" else value.tolist()
     return value
 
 
 def _to_numpy(value: Any) -> Any:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return value.numpy()
     return np.array(value) if isinstance(value, list) else value

@@ -11,14 +11,17 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from testbed.decentralized.config import DecentralizedConfig
 from testbed.decentralized.problem import Problem, keyed_generator
 from testbed.seeding import stream
 from testbed.topologies import spectral_gap
+
+if TYPE_CHECKING:  # the structure a privacy plan reads (`structure`) imports no torch; a built phase does
+    import torch
 
 INCLUSION = stream("audit.inclusion", "which canaries the one-run audit includes (each with probability 1/2)")
 
@@ -119,6 +122,8 @@ def structure(config: DecentralizedConfig, walk: np.ndarray, planned: int) -> tu
 
 def build_phase(problem: Problem, args: PhaseArgs) -> Phase:
     """The `Phase` of ``args`` on ``problem``."""
+    import torch
+
     config, walk = problem.config, problem.walk
     cap, rounds, gamma = structure(config, walk, args.planned)
     canaries = config.audit.canaries

@@ -15,22 +15,28 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
-import torch
 
 from testbed.data import load_selected, partition_indices, train_test_split
 from testbed.data.streams import PARTITION, SPLIT
 from testbed.decentralized.config import MAX_EDGES, MAX_NODES, DecentralizedConfig
 from testbed.decentralized.graphs import registered_topologies
-from testbed.decentralized.models import FlatModel, ModelSpec
 from testbed.seeding import SeedTree, Stream, stream
 from testbed.topologies import graph_from_spec, metropolis_hastings
+
+if TYPE_CHECKING:  # the graph, the walk and the checks import no torch (`testbed validate`); the node data do
+    import torch
+
+    from testbed.decentralized.models import FlatModel, ModelSpec
 
 
 def keyed_generator(root: int, keyed: Stream, *keys: int) -> torch.Generator:
     """A torch Generator determined by (root, the stream's path, keys) alone (numpy SeedSequence hashing)."""
+    import torch
+
     entropy = [int(root), zlib.crc32(keyed.path.encode()), *(int(k) for k in keys)]
     seed = int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] & 0x7FFF_FFFF_FFFF_FFFF)
     return torch.Generator().manual_seed(seed)
@@ -38,6 +44,8 @@ def keyed_generator(root: int, keyed: Stream, *keys: int) -> torch.Generator:
 
 def noise(root: int, keyed: Stream, size: int, *keys: int) -> torch.Tensor:
     """Standard normal vector of ``size`` for the key (stream, keys)."""
+    import torch
+
     return torch.randn(size, generator=keyed_generator(root, keyed, *keys))
 
 
@@ -91,6 +99,8 @@ class Problem:
 
     @property
     def model(self) -> FlatModel:
+        from testbed.decentralized.models import FlatModel
+
         assert self.spec is not None  # a training problem (built with data)
         return FlatModel(self.spec)
 
@@ -119,6 +129,10 @@ def build_problem(scenario_data: dict, with_data: bool = True) -> Problem:
     walk = metropolis_hastings(graph)
     if not (with_data and config.train):
         return Problem(scenario.seed, config, graph, walk, None, None, None, None)
+    import torch
+
+    from testbed.decentralized.models import ModelSpec
+
     full = load_selected(scenario.data)
     train, test = train_test_split(full, scenario.data.test_fraction, seeds.integer(SPLIT.path))
     parts = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
@@ -130,8 +144,22 @@ def build_problem(scenario_data: dict, with_data: bool = True) -> Problem:
     return Problem(scenario.seed, config, graph, walk, spec, data, test_x, torch.from_numpy(test.y))
 
 
+def check_node_data(scenario) -> None:
+    """What `build_problem` does to the data, played on the training split's labels alone (cached
+    metadata, `testbed.data.metadata`): the split and the nodes' partition with the same draws, so an
+    impossible one raises the same `PartitionError` without loading the data or torch."""
+    from testbed.data.metadata import split_metadata
+
+    seeds = SeedTree(scenario.seed, strict=True)
+    split = split_metadata(scenario.data, scenario.data.test_fraction, seeds.integer(SPLIT.path))
+    partition_indices(split.y, scenario.data.num_clients, scenario.data.partition, seeds.numpy(PARTITION.path),
+                      groups=split.groups)
+
+
 def _pad(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> NodeData:
     """Stack each node's samples into [n, m_max, F] with a mask."""
+    import torch
+
     width = max(len(part) for part in parts)
     xs = np.zeros((len(parts), width, x.shape[1]), dtype=np.float32)
     ys = np.zeros((len(parts), width), dtype=np.int64)
@@ -144,6 +172,8 @@ def _pad(x: np.ndarray, y: np.ndarray, parts: list[np.ndarray]) -> NodeData:
 def batch_mask(data: NodeData, batch_size: int | None, root: int, counters) -> torch.Tensor:
     """Which samples each node of ``data`` uses now: all of them, or ``batch_size`` drawn without
     replacement by a generator keyed by (node, counter) (a node's own step count)."""
+    import torch
+
     if batch_size is None:
         return data.mask
     mask = torch.zeros_like(data.mask)

@@ -9,17 +9,22 @@ order of a run.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import numpy as np
 
 from testbed.decentralized import comparison, driver
 from testbed.decentralized.config import BASELINE
 from testbed.decentralized.privacy import PrivacyPlan
-from testbed.decentralized.problem import build_graph, build_problem
+from testbed.decentralized.problem import Problem, build_graph, build_problem, check_node_data
 from testbed.errors import ScenarioError, UserError
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
-from testbed.topologies import TopologyError
+from testbed.topologies import TopologyError, metropolis_hastings
 
 if TYPE_CHECKING:
     from testbed.report.audit_page import Finding
@@ -45,16 +50,16 @@ class DecentralizedRunner(Runner):
             raise ScenarioError(f"{source}: decentralized: required for kind 'decentralized' "
                                 "(e.g. decentralized: {topology: {name: ring, n: 8}, sigma: 1.0})")
         try:
-            graph = build_graph(config, scenario.seed)
+            graph = _checked_graph(config, scenario.seed)
         except TopologyError as err:
             raise ScenarioError(f"{source}: decentralized.topology: {err}") from None
         for index, spec in enumerate(config.comparison.topologies):
             try:
-                build_graph(config, scenario.seed, spec.spec)
+                _checked_graph(config, scenario.seed, spec.spec)
             except TopologyError as err:
                 raise ScenarioError(f"{source}: decentralized.comparison.topologies.{index}: {err}") from None
         if config.train:
-            _check_training(scenario, source, graph.number_of_nodes())
+            _check_training(scenario, source, graph)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         scenario, source = ctx.scenario, ctx.source or str(ctx.run.config_path)
@@ -155,8 +160,54 @@ def _phases(config, plans: dict) -> list[tuple[str, str, PrivacyPlan | None]]:
     return phases
 
 
-def _check_training(scenario: Scenario, source: str, n: int) -> None:
+# The graphs the check built last, by (topology, root seed), each with its digest (its nodes and
+# edges), and the walk matrix of the last distinct graph, by digest: the variants of a sweep that
+# share them build them once (a grid of 5 seeds over a 2048-node hypercube builds 5 graphs, 0.1 s
+# each, and one 32 MB matrix, not one of each per variant). A plan depends on the graph and the
+# decentralized block only (never the root seed): the plans checked last are kept by (graph digest,
+# block, algorithm), so a seed grid plans each variant once. Read only: the check neither changes a
+# graph nor keeps a problem.
+_CHECKED_GRAPHS: dict[tuple[str, int], tuple[nx.Graph, list[str]]] = {}
+_CHECKED_WALKS: dict[str, np.ndarray] = {}
+_CHECKED_PLANS: dict[tuple[str, str, str], object] = {}
+_CHECKED_GRAPHS_SIZE, _CHECKED_WALKS_SIZE, _CHECKED_PLANS_SIZE = 10, 1, 16
+
+
+def _remember(cache: dict, size: int, key, value):
+    while len(cache) >= size:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value
+
+
+def _checked_graph(config, seed: int, spec: dict | None = None) -> nx.Graph:
+    """The scenario's topology (or ``spec``, a compared one) as `build_graph` builds it (kept for the
+    next variants; a sweep's base and its variants validate the same comparison graphs)."""
+    return _checked_entry(config, seed, spec)[0]
+
+
+def _checked_entry(config, seed: int, spec: dict | None = None) -> tuple[nx.Graph, list[str]]:
+    key = (json.dumps(spec or config.topology.spec, sort_keys=True, default=str), int(seed))
+    found = _CHECKED_GRAPHS.get(key)
+    return found if found is not None else _remember(_CHECKED_GRAPHS, _CHECKED_GRAPHS_SIZE, key,
+                                                     (build_graph(config, seed, spec), []))
+
+
+def _checked_walk(config, seed: int) -> tuple[str, np.ndarray]:
+    """The scenario's graph's digest and its Metropolis-Hastings matrix (`build_problem`'s; it depends
+    on the nodes' order and the edges alone), kept for the next variants on the same graph."""
+    graph, digest = _checked_entry(config, seed)
+    if not digest:  # once per graph: 10-20 ms at 2048 nodes
+        digest.append(hashlib.sha256(repr((list(graph.nodes), list(graph.edges))).encode()).hexdigest())
+    found = _CHECKED_WALKS.get(digest[0])
+    walk = found if found is not None else _remember(_CHECKED_WALKS, _CHECKED_WALKS_SIZE, digest[0],
+                                                     metropolis_hastings(graph))
+    return digest[0], walk
+
+
+def _check_training(scenario: Scenario, source: str, graph: nx.Graph) -> None:
     """What training needs: one data shard per graph node, a valid audit source, enough nodes."""
+    n = graph.number_of_nodes()
     config = scenario.decentralized
     assert config is not None  # DecentralizedRunner.check requires the block
     if scenario.data.replicate != 1:  # each node's shard is its own data, never repeated
@@ -171,12 +222,17 @@ def _check_training(scenario: Scenario, source: str, n: int) -> None:
         raise ScenarioError(f"{source}: decentralized.audit.canaries: the audit supports graphs of up to "
                             f"{MAX_AUDIT_NODES} nodes (this one has {n})")
     scenario.engine.check(n, "nodes", source)
-    try:
-        problem = build_problem(scenario.model_dump(mode="json"))
+    try:  # the nodes' data on its labels (no data loaded, no torch); the plans need only the graph and walk
+        check_node_data(scenario)
+        graph_key, walk = _checked_walk(config, scenario.seed)
+        problem = Problem(scenario.seed, config, graph, walk, None, None, None, None)
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
+    block = config.model_dump_json()
     for algorithm in config.algorithms:  # the run plans each algorithm's noise and stopping step first
-        driver.plan(problem, config.phase(algorithm), source)
+        if (graph_key, block, algorithm) not in _CHECKED_PLANS:  # a refused plan raises: never kept
+            _remember(_CHECKED_PLANS, _CHECKED_PLANS_SIZE, (graph_key, block, algorithm),
+                      driver.plan(problem, config.phase(algorithm), source))
 
 
 def _comparison_numbers(saved: dict, config) -> dict[str, float]:

@@ -8,6 +8,7 @@ scenario's ``federated.attack.name`` (the checks, the clients, the server).
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from functools import cache
@@ -53,14 +54,10 @@ def attack_config(name: str) -> type[BaseModel]:
     keyword parameter's annotation is its type (Any where it has none pydantic knows) and its
     default is its default."""
     fn = registered_attacks()[name].fn
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # a plugin's annotation that does not resolve: its parameters stay untyped
-        hints = {}
     parameters = inspect.signature(fn).parameters
     fields: dict[str, Any] = {}
     for key in attack_parameters(fn):
-        annotation = hints.get(key, Any)
+        annotation = _parameter_hint(fn, key)
         try:
             TypeAdapter(annotation)
         except PydanticSchemaGenerationError:
@@ -70,13 +67,51 @@ def attack_config(name: str) -> type[BaseModel]:
     return create_model(f"{name}_attack_params", __base__=AttackParams, **fields)
 
 
+def _parameter_hint(fn: Callable[..., Any], key: str) -> Any:
+    """The type of ``fn``'s parameter ``key``, resolved alone: the tensors the function's other
+    arguments are annotated with then need no torch (their names exist only for type checkers), and
+    an annotation that does not resolve (a plugin's) leaves the parameter untyped (Any)."""
+    annotation = getattr(fn, "__annotations__", {}).get(key, Any)
+    alone = types.SimpleNamespace(__annotations__={key: annotation}, __globals__=getattr(fn, "__globals__", {}))
+    try:
+        return typing.get_type_hints(alone).get(key, Any)
+    except Exception:  # a plugin's annotation that does not resolve: the parameter stays untyped
+        return Any
+
+
+def _run_check(entry: Attack, params: dict[str, Any], **data: Any) -> None:
+    """Call the attack's declared ``check`` with the parameters it names: the scenario's, the
+    function's defaults for the rest, and ``data`` (a backdoor's ``num_classes`` and sample ``shape``)."""
+    assert entry.check is not None  # an attack that declares its checks
+    defaults = {key: p.default for key, p in inspect.signature(entry.fn).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty}
+    values = {**defaults, **params, **data}
+    named = inspect.signature(entry.check).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in named.values())
+    entry.check(**{key: value for key, value in values.items() if takes_all or key in named})
+
+
 def check_attack_values(name: str, params: dict[str, Any]) -> None:
-    """Play attack ``name`` once on a tiny input, so that its own checks (a scale that must be
-    positive, a direction it does not know) refuse a bad value now rather than in the first round;
-    raises their ValueError."""
+    """Refuse a bad value (a scale that must be positive, a direction it does not know) now rather
+    than in the first round, with the attack's own message: its declared ``check`` (no torch), or,
+    for a plugin that declares none, the attack played once on a tiny input; raises their ValueError.
+    A backdoor's target and trigger are checked against the data by `check_backdoor_data`."""
+    entry = registered_attacks()[name]
+    if entry.check is not None:
+        if entry.kind == "backdoor":  # any target is a class of some data here: the data's own check follows
+            target = params.get("target", 0)
+            classes = max(2, target + 1) if isinstance(target, int) else 2
+            _run_check(entry, params, num_classes=classes, shape=(64,))
+        else:
+            _run_check(entry, params)
+        return
+    _play_attack(entry, params)
+
+
+def _play_attack(entry: Attack, params: dict[str, Any]) -> None:
+    """Play an attack that declares no checks once on a tiny input, so that its own checks run."""
     import torch
 
-    entry = registered_attacks()[name]
     parameters = inspect.signature(entry.fn).parameters
     generator = torch.Generator().manual_seed(0)
     if entry.kind == "data":
@@ -95,11 +130,17 @@ def check_attack_values(name: str, params: dict[str, Any]) -> None:
     entry.fn(torch.zeros(1, 3), torch.arange(9.0).reshape(3, 3), generator, **internal, **params)
 
 
-def check_backdoor_data(name: str, params: dict[str, Any], x: Any, y: Any, num_classes: int) -> None:
-    """Play backdoor attack ``name`` on a few of the scenario's own samples (numpy ``x``, ``y``), so a
-    target that is no class of the data or a trigger larger than its images is refused before the
-    run; raises their ValueError."""
-    import torch
+def check_backdoor_data(name: str, params: dict[str, Any], num_classes: int, shape: tuple[int, ...]) -> None:
+    """Refuse a backdoor whose target is no class of the scenario's data (``num_classes``) or whose
+    trigger is larger than its samples (one sample's ``shape``): the attack's declared check, or, for
+    a plugin that declares none, the attack played on zero samples of that shape; raises their ValueError."""
+    import numpy as np
 
     entry = registered_attacks()[name]
-    entry.fn(torch.from_numpy(x[:4]), torch.from_numpy(y[:4]), num_classes, torch.Generator().manual_seed(0), **params)
+    if entry.check is not None:
+        _run_check(entry, params, num_classes=num_classes, shape=tuple(shape))
+        return
+    import torch
+
+    x, y = torch.from_numpy(np.zeros((4, *shape), np.float32)), torch.from_numpy(np.zeros(4, np.int64))
+    entry.fn(x, y, num_classes, torch.Generator().manual_seed(0), **params)

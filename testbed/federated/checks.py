@@ -1,4 +1,9 @@
-"""Validation of a federated scenario that needs no workers: everything `testbed validate` can refuse."""
+"""Validation of a federated scenario that needs no workers: everything `testbed validate` can refuse.
+
+It imports neither torch nor Flower (each strategy and attack declares its config and checks
+apart from its implementation) and loads no data: the partition and a backdoor's target are checked
+on the training split's labels, cached (`testbed.federated.setup.check_federation_data`).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from testbed.scenario import Scenario
 def check_federated(scenario: Scenario, source: str) -> None:
     """Refuse a federated scenario that cannot run, naming the field."""
     from testbed.federated.attacks import registered_attacks
-    from testbed.federated.setup import federation_setup, malicious_clients
+    from testbed.federated.setup import check_federation_data, malicious_clients
     from testbed.federated.strategies import declared_malicious, registered_strategies
     from testbed.workloads import registry
 
@@ -43,23 +48,23 @@ def check_federated(scenario: Scenario, source: str) -> None:
     if fed.attack is not None:
         _check_benign_majority(scenario, fed.attack, registered_attacks(), len(malicious_clients(scenario)), source)
     _check_privacy(fed, n, source)
-    try:
-        federation_setup(scenario)  # builds the partitions: an impossible one names data.partition.*
+    try:  # the partitions, on the labels: an impossible one names data.partition.*
+        split = check_federation_data(scenario, entry.server_samples(strategy_config))
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
     if fed.attack is not None and registered_attacks()[fed.attack.name].kind == "backdoor":
-        _check_backdoor(fed.attack, federation_setup(scenario), source)
+        _check_backdoor(fed.attack, split, source)
 
 
-def _check_backdoor(attack, setup, source: str) -> None:
-    """A backdoor's target class and trigger, played on the scenario's own data."""
+def _check_backdoor(attack, split, source: str) -> None:
+    """A backdoor's target class and trigger against the scenario's own data (`SplitMetadata`): its
+    classes, one sample's shape, the trigger's default value (the data's largest, `backdoor_params`)."""
     from testbed.federated.attacks import check_backdoor_data
-    from testbed.federated.backdoor import backdoor_params
 
-    params = backdoor_params(setup) or {}
+    params = {"value": split.x_max, **attack.params}
     params.pop("boost", None)
     try:
-        check_backdoor_data(attack.name, params, setup.train.x, setup.train.y, setup.train.num_classes)
+        check_backdoor_data(attack.name, params, split.num_classes, split.sample_shape)
     except ValueError as err:
         raise ScenarioError(f"{source}: federated.attack.{str(err).strip().splitlines()[0]}") from None
 
@@ -122,7 +127,8 @@ def _check_public_size(strategy_config, source: str) -> None:
 
 def _check_attack(attack, registry: dict, source: str) -> None:
     """The attack's parameters: their types (from the attack function's signature), then their
-    values (the function's own checks, played once on a tiny input)."""
+    values (the checks the attack declares, `Attack.check`; a plugin's that declares none is played
+    once on a tiny input)."""
     from testbed.federated.attacks import attack_config, check_attack_values
 
     _named(registry, attack.name, "federated.attack", source)

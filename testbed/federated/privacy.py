@@ -49,6 +49,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from testbed.federated.config import FederatedConfig, PrivacyConfig
@@ -78,14 +79,29 @@ def clients_per_round(federated: FederatedConfig, num_clients: int) -> int:
     return num_clients if sampling is None else int(sampling.per_round(num_clients))
 
 
+# opacus' default RDP orders, ``RDPAccountant.DEFAULT_ALPHAS`` (tests/core/test_validate_imports.py holds them equal).
+RDP_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+
+
+@cache
 def _rdp():
-    """opacus' RDP analysis (the accountant's own functions), or the extra to install."""
-    try:
-        from opacus.accountants import RDPAccountant
-        from opacus.accountants.analysis import rdp
-    except ImportError:
-        raise ImportError("federated.privacy needs opacus: pip install 'testbed[privacy]'") from None
-    return RDPAccountant.DEFAULT_ALPHAS, rdp
+    """opacus' RDP analysis (the accountant's own functions, `opacus.accountants.analysis.rdp`), or the
+    extra to install. The module needs only numpy and scipy, but importing it through its package runs
+    ``opacus/__init__``, which imports torch: it is loaded from its file, so validating a DP scenario
+    imports no torch (the numbers are the same functions')."""
+    import importlib.util
+    from pathlib import Path
+
+    package = importlib.util.find_spec("opacus")
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("federated.privacy needs opacus: pip install 'testbed[privacy]'")
+    path = Path(next(iter(package.submodule_search_locations))) / "accountants" / "analysis" / "rdp.py"
+    spec = importlib.util.spec_from_file_location("testbed.federated._opacus_rdp", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(f"federated.privacy: opacus has no RDP analysis at {path}; reinstall 'testbed[privacy]'")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return RDP_ORDERS, module
 
 
 @contextmanager
@@ -100,6 +116,26 @@ def _warnings_logged() -> Iterator[None]:
         logging.getLogger("opacus").info("%s", warning.message)
 
 
+def _one_round_rdp(q: float, noise_multiplier: float) -> Any:
+    """One round's RDP at opacus' default orders (read-only), its warnings logged as each call's."""
+    one, messages = _computed_rdp(q, noise_multiplier)
+    for message in messages:
+        logging.getLogger("opacus").info("%s", message)
+    return one
+
+
+@cache
+def _computed_rdp(q: float, noise_multiplier: float) -> tuple[Any, tuple[str, ...]]:
+    """Computed once per process for each (q, z): the check, the baseline's check and the run ask for
+    the same one (0.2-0.5 s each at q < 1)."""
+    orders, analysis = _rdp()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        one = analysis.compute_rdp(q=q, noise_multiplier=noise_multiplier, steps=1, orders=orders)
+    one.setflags(write=False)
+    return one, tuple(str(warning.message) for warning in caught)
+
+
 class RoundAccountant:
     """Epsilon of a federated run, composed one round at a time: each round is one sampled Gaussian
     mechanism whose RDP (at opacus' default orders) is computed once and added per round, as opacus'
@@ -109,10 +145,7 @@ class RoundAccountant:
     def __init__(self, config: PrivacyConfig, q: float, rounds: int = 0):
         self.orders, self._analysis = _rdp()
         self.delta, self.rounds = config.delta, rounds
-        q = 1.0 if config.mode == "local" else q
-        with _warnings_logged():
-            self.one = self._analysis.compute_rdp(q=q, noise_multiplier=config.noise_multiplier, steps=1,
-                                                  orders=self.orders)
+        self.one = _one_round_rdp(1.0 if config.mode == "local" else q, config.noise_multiplier)
 
     def epsilon(self, rounds: int | None = None) -> float:
         """Epsilon at ``delta`` after ``rounds`` (default: the rounds stepped so far)."""

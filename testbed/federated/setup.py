@@ -11,18 +11,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from testbed.data import Dataset, label_histograms, load_selected, partition_indices, train_test_split
 from testbed.data.config import DataConfig
+from testbed.data.metadata import SplitMetadata, split_metadata
 from testbed.data.partition import PartitionError
 from testbed.data.streams import PARTITION, SPLIT
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree, stream
-from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
+
+if TYPE_CHECKING:  # the setup's checks import no torch (`check_federation_data`); the model does
+    import torch
 
 # The streams drawn from `FederationSetup.seeds`, declared here where the tree is handed out (the
 # modules that draw them, named with each, take it from the setup). "{}" is a partition id or a round.
@@ -66,6 +69,10 @@ class FederationSetup:
 
     def build_model(self) -> torch.nn.Module:
         """The workload's model, initialised from the root seed (the round-0 global model)."""
+        import torch
+
+        from testbed.workloads.base import FederatedWorkload
+
         assert self.scenario.workload is not None  # check_federated requires a federated workload
         workload_cls = workload_class(self.scenario.workload.name)
         assert issubclass(workload_cls, FederatedWorkload)
@@ -116,20 +123,51 @@ def _cached_setup(scenario_json: str, root_size: int) -> FederationSetup:
     seeds = federation_seeds(scenario)
     train, test = train_test_split(_loaded(json.dumps(scenario.data.model_dump(mode="json"), sort_keys=True)),
                                    scenario.data.test_fraction, seeds.integer(SPLIT.path))
-    if scenario.data.replicate > 1:
-        repeat = scenario.data.replicate
-        if train.x.nbytes * repeat > MAX_REPLICATED_BYTES:
-            raise PartitionError(f"data.replicate: {repeat} copies of the {len(train.y)} training samples would take "
-                                 f"{train.x.nbytes * repeat / 2**30:.1f} GiB; at most "
-                                 f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
-        train = train.subset(np.tile(np.arange(len(train.y)), repeat))
-    root = None
-    if root_size:  # a strategy that trains on a server-held set (FLTrust's root set)
-        train, root = _carve(train, root_size, seeds.numpy(ROOT_SET.path))
+    clients, server = _training_rows(scenario, len(train.y), train.x.nbytes, root_size, seeds)
+    root = train.subset(server) if server is not None else None
+    if clients is not None:
+        train = train.subset(clients)
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
                                    seeds.numpy(PARTITION.path), groups=train.groups)
     return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario, seeds),
                            faulty_clients(scenario, seeds), seeds)
+
+
+def check_federation_data(scenario: Scenario, root_size: int) -> SplitMetadata:
+    """What `federation_setup` does to the data, played on the training split's labels alone (cached
+    metadata, `testbed.data.metadata`): the split, the replicas, the server's root set and the
+    partition, with the same draws, so an impossible one raises the same `PartitionError` without
+    loading the data, scikit-learn or torch. Returns the training split's metadata."""
+    seeds = federation_seeds(scenario)
+    split = split_metadata(scenario.data, scenario.data.test_fraction, seeds.integer(SPLIT.path))
+    clients, _ = _training_rows(scenario, len(split.y), split.sample_bytes * len(split.y), root_size, seeds)
+    y, groups = split.y, split.groups
+    if clients is not None:
+        y, groups = y[clients], groups[clients] if groups is not None else None
+    partition_indices(y, scenario.data.num_clients, scenario.data.partition, seeds.numpy(PARTITION.path),
+                      groups=groups)
+    return split
+
+
+def _training_rows(scenario: Scenario, samples: int, nbytes: int, root_size: int,
+                   seeds: SeedTree) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Which rows of the training split (``samples`` rows of ``nbytes`` in all) the clients share, and
+    which the server keeps (FLTrust's root set, else None): ``data.replicate`` copies, then the root
+    set carved out. The clients' rows are None when they are all the rows, once each."""
+    clients = None
+    if scenario.data.replicate > 1:
+        repeat = scenario.data.replicate
+        if nbytes * repeat > MAX_REPLICATED_BYTES:
+            raise PartitionError(f"data.replicate: {repeat} copies of the {samples} training samples would take "
+                                 f"{nbytes * repeat / 2**30:.1f} GiB; at most "
+                                 f"{MAX_REPLICATED_BYTES // 2**30} GiB are allowed")
+        clients = np.tile(np.arange(samples), repeat)
+    if not root_size:
+        return clients, None
+    # a strategy that trains on a server-held set (FLTrust's root set)
+    rows = clients if clients is not None else np.arange(samples)
+    rest, carved = _carve(len(rows), root_size, seeds.numpy(ROOT_SET.path))
+    return rows[rest], rows[carved]
 
 
 def malicious_clients(scenario: Scenario, seeds: SeedTree | None = None) -> frozenset[int]:
@@ -150,8 +188,8 @@ def faulty_clients(scenario: Scenario, seeds: SeedTree | None = None) -> frozens
     return frozenset(int(i) for i in rng.choice(scenario.data.num_clients, size=count, replace=False))
 
 
-def _carve(data: Dataset, size: int, rng: np.random.Generator) -> tuple[Dataset, Dataset]:
-    """Split ``size`` samples off ``data`` (the server's root set); returns (rest, carved)."""
-    chosen = np.zeros(len(data.y), dtype=bool)
-    chosen[rng.choice(len(data.y), size=min(size, len(data.y) // 2), replace=False)] = True
-    return data.subset(~chosen), data.subset(chosen)
+def _carve(samples: int, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``size`` of ``samples`` rows off (the server's root set); returns the masks (rest, carved)."""
+    chosen = np.zeros(samples, dtype=bool)
+    chosen[rng.choice(samples, size=min(size, samples // 2), replace=False)] = True
+    return ~chosen, chosen

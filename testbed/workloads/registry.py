@@ -111,7 +111,10 @@ def check_function(name: str) -> Callable[[Any, DataConfig], None]:
 
 
 def kinds(name: str) -> tuple[str, ...]:
-    """The scenario kinds workload ``name`` runs under, as its class declares them (imports it)."""
+    """The scenario kinds workload ``name`` runs under: a built-in's as its torch-free config module
+    declares them (``KINDS``, default ``("workload",)``), a plugin's as its class does (imports it)."""
+    if name in BUILTIN:
+        return tuple(getattr(_module(name, "config"), "KINDS", ("workload",)))
     from testbed.workloads.base import FederatedWorkload
 
     return ("workload", "federated") if issubclass(workload_class(name), FederatedWorkload) else ("workload",)

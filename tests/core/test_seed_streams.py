@@ -38,6 +38,7 @@ ALLOWED = {
     ("testbed/federated/setup.py", "federation_seeds"): "Flower's client and server apps in Ray actors",
     ("testbed/decentralized/problem.py", "build_problem"): "the driver, each Ray actor and each MPI rank",
     ("testbed/decentralized/problem.py", "build_graph"): "a graph's own root: the run's or a comparison trial's",
+    ("testbed/decentralized/problem.py", "check_node_data"): "validation (no run yet): build_problem's draws on labels",
     ("testbed/decentralized/driver.py", "comparison_arrays"): "an engine task given the scenario dump",
     ("testbed/pretrain/corpus.py", "corpus_seeds"): "validation and the corpus preparation, given the root seed",
     ("testbed/pretrain/batches.py", "__init__"): "a DeepSpeed rank, given the run folder",

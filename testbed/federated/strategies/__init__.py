@@ -27,8 +27,6 @@ from collections.abc import Iterator
 from functools import cache
 from typing import TYPE_CHECKING
 
-from flwr.serverapp.strategy import Strategy
-
 from testbed.config import PluginSpec, StrictModel
 from testbed.federated.strategies.base import (
     ByzantineCount,
@@ -39,7 +37,9 @@ from testbed.federated.strategies.base import (
 )
 from testbed.plugins import declare
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the registry imports no Flower: a strategy's `build` does
+    from flwr.serverapp.strategy import Strategy
+
     from testbed.federated.setup import FederationSetup
 
 __all__ = ["ByzantineCount", "NoParams", "StrategyPlugin", "answering", "build_strategy", "declared_malicious",

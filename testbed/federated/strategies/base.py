@@ -12,16 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import torch
-from flwr.app import ArrayRecord, Message
-from flwr.serverapp.strategy import Strategy
 from pydantic import Field
 
 from testbed.config import StrictModel
-from testbed.federated.sampling import clients_per_round
-from testbed.strategies.vectors import flatten_state
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a declaration imports no torch nor Flower: its `build` does (`testbed validate` stays light)
+    from flwr.app import ArrayRecord, Message
+    from flwr.serverapp.strategy import Strategy
+
     from testbed.federated.setup import FederationSetup
 
 Weights = tuple[list[float] | None, list[bool] | None]  # per-client weights and flags, in the round's id order
@@ -116,6 +114,8 @@ class StrategyPlugin(ABC):
 
 def round_clients(setup: FederationSetup) -> int:
     """The clients every round trains (all, or the sample's size)."""
+    from testbed.federated.sampling import clients_per_round  # Flower's grid lives there
+
     assert setup.scenario.federated is not None  # a federated scenario
     return clients_per_round(setup.scenario.federated.sampling, setup.num_clients)
 
@@ -139,6 +139,10 @@ def selected_one_weights(replies: list[Message] | None, new_arrays: ArrayRecord 
     """A rule that picks one client's model (Krum): weight 1 on it, shared among every client that
     uploaded the very same model (colluding attackers, LIE and Min-Max, upload identical ones, so the
     weights still sum to 1); the others are flagged."""
+    import torch
+
+    from testbed.strategies.vectors import flatten_state
+
     if new_arrays is None or replies is None:
         return None, None
     chosen = flatten_state(new_arrays.to_torch_state_dict())

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flwr.serverapp import strategy as flower
+from typing import TYPE_CHECKING, Any
 
 from testbed.federated.strategies.base import PAIRWISE, ByzantineCount, StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class Bulyan(StrategyPlugin):
@@ -20,6 +21,8 @@ class Bulyan(StrategyPlugin):
 
     @classmethod
     def build(cls, config: ByzantineCount, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.Bulyan(num_malicious_nodes=f, **flower_round_settings(setup))
 
     @classmethod

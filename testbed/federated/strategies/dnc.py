@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 import testbed.strategies as robust
 from testbed.federated.strategies.base import ByzantineCount, StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class DnC(StrategyPlugin):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.federated.strategies.base import STREAMED, StrategyPlugin, flower_round_settings
 from testbed.federated.strategies.fedadagrad import FedAdagrad
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class FedAdam(StrategyPlugin):
@@ -27,5 +29,7 @@ class FedAdam(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.FedAdam(eta=config.eta, tau=config.tau, beta_1=config.beta_1, beta_2=config.beta_2,
                               **flower_round_settings(setup))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flwr.app import ArrayRecord, Message
-from flwr.serverapp import strategy as flower
+from typing import TYPE_CHECKING, Any
 
 from testbed.federated.strategies.base import STREAMED, StrategyPlugin, Weights, example_weights, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.app import ArrayRecord, Message
+    from flwr.serverapp import strategy as flower
 
 
 class FedAvg(StrategyPlugin):
@@ -20,6 +21,8 @@ class FedAvg(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Any, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.FedAvg(**flower_round_settings(setup))
 
     @classmethod

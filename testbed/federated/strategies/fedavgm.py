@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.config import StrictModel
 from testbed.federated.strategies.base import STREAMED, StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class FedAvgM(StrategyPlugin):
@@ -28,5 +30,7 @@ class FedAvgM(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.FedAvgM(server_learning_rate=config.server_learning_rate,
                               server_momentum=config.server_momentum, **flower_round_settings(setup))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flwr.serverapp import strategy as flower
+from typing import TYPE_CHECKING, Any
 
 from testbed.federated.strategies.base import StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class FedMedian(StrategyPlugin):
@@ -18,4 +19,6 @@ class FedMedian(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Any, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.FedMedian(**flower_round_settings(setup))

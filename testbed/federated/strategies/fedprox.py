@@ -7,13 +7,15 @@ set apart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.config import StrictModel
 from testbed.federated.strategies.base import STREAMED, StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class FedProx(StrategyPlugin):
@@ -33,6 +35,8 @@ class FedProx(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         assert setup.scenario.federated is not None  # a federated scenario
         return flower.FedProx(proximal_mu=setup.scenario.federated.client_proximal_mu(),
                               **flower_round_settings(setup))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.federated.strategies.base import STREAMED, StrategyPlugin, flower_round_settings
 from testbed.federated.strategies.fedadam import FedAdam
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class FedYogi(StrategyPlugin):
@@ -26,5 +28,7 @@ class FedYogi(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.FedYogi(eta=config.eta, tau=config.tau, beta_1=config.beta_1, beta_2=config.beta_2,
                               **flower_round_settings(setup))

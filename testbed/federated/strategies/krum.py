@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flwr.app import ArrayRecord, Message
-from flwr.serverapp import strategy as flower
+from typing import TYPE_CHECKING, Any
 
 from testbed.federated.strategies.base import (
     PAIRWISE,
@@ -15,6 +12,10 @@ from testbed.federated.strategies.base import (
     flower_round_settings,
     selected_one_weights,
 )
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.app import ArrayRecord, Message
+    from flwr.serverapp import strategy as flower
 
 
 class Krum(StrategyPlugin):
@@ -28,6 +29,8 @@ class Krum(StrategyPlugin):
 
     @classmethod
     def build(cls, config: ByzantineCount, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.Krum(num_malicious_nodes=f, **flower_round_settings(setup))
 
     @classmethod

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.federated.strategies.base import (
@@ -14,6 +13,9 @@ from testbed.federated.strategies.base import (
     flower_round_settings,
     round_clients,
 )
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class MultiKrum(StrategyPlugin):
@@ -32,6 +34,8 @@ class MultiKrum(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         selected = config.num_selected or round_clients(setup) - f
         return flower.MultiKrum(num_malicious_nodes=f, num_nodes_to_select=selected, **flower_round_settings(setup))
 

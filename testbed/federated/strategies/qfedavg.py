@@ -6,13 +6,15 @@ workload's ``lr``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 from testbed.config import StrictModel
 from testbed.federated.strategies.base import HELD, StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class QFedAvg(StrategyPlugin):
@@ -33,6 +35,8 @@ class QFedAvg(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        from flwr.serverapp import strategy as flower
+
         return flower.QFedAvg(client_learning_rate=learning_rate(config, setup.scenario), q=config.q,
                               **flower_round_settings(setup))
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flwr.serverapp import strategy as flower
 from pydantic import Field
 
 import testbed.strategies as robust
 from testbed.config import StrictModel
 from testbed.federated.strategies.base import StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class RFA(StrategyPlugin):

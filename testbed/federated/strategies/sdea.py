@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
-from flwr.serverapp import strategy as flower
 from pydantic import Field, field_validator
 
 import testbed.strategies as robust
 from testbed.config import StrictModel
 from testbed.data.config import PublicDataConfig
-from testbed.data.public import augment_views, public_images
 from testbed.federated.strategies.base import StrategyPlugin, flower_round_settings
+
+if TYPE_CHECKING:  # the implementation is imported where a strategy is built (`build`)
+    from flwr.serverapp import strategy as flower
 
 
 class SDEA(StrategyPlugin):
@@ -20,7 +20,10 @@ class SDEA(StrategyPlugin):
 
     name = "sdea"
     summary = "SDEA: self-driven entropy aggregation (Huang et al., ICML 2024)"
-    cost = "O(epochs (n d + n forward passes over the public set)) time, O(n d) memory"
+    # Per Adam step one mix of the n states and one mixed model's passes over two views of a batch
+    # (not one pass per client); benchmarks/bench_sdea.py measures it.
+    cost = ("O(epochs ceil(m / batch_size) (n d + forward and backward passes of one model on 2 batch_size "
+            "public images)) time, O(n d) memory")
 
     class Config(StrictModel):
         """SDEA's weight learning: its passes over the public set, its rule and its optimizer."""
@@ -49,6 +52,10 @@ class SDEA(StrategyPlugin):
 
     @classmethod
     def build(cls, config: Config, setup: Any, f: int) -> flower.Strategy:
+        import torch
+
+        from testbed.data.public import augment_views, public_images
+
         shape = setup.train.image_shape
         if shape is None:
             raise ValueError("SDEA needs image data for its public set")

@@ -67,8 +67,8 @@ def check(config: ACOConfig, data: DataConfig) -> None:
             raise ScenarioError(f"workload.baselines: '{matched}' acquires as many features as ACO did on the same "
                                 "instance, so 'aco' must be the policy or a baseline")
     if config.source == "tabular":
-        from testbed.data import load_selected
+        from testbed.data.select import is_image_data  # the source's metadata: no data loaded (issue 39)
 
-        if load_selected(data).image_shape is not None:
+        if is_image_data(data):
             raise ScenarioError(f"workload.source: 'tabular' needs a tabular data.dataset, got image data "
                                 f"'{data.dataset}' (use breast_cancer, wine or iris)")

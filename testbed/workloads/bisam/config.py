@@ -13,6 +13,10 @@ from testbed.workloads.classifier.config import check as classifier_check
 if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
+# The kinds the workload runs under, declared here so that validating a federated scenario
+# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+KINDS = ("workload", "federated")
+
 # Which phi the lower bound of the 0-1 loss uses (`testbed.workloads.bisam.surrogate`).
 SurrogateName = Literal["neg_log", "tanh"]
 

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
 
+# The kinds the workload runs under, declared here so that validating a federated scenario
+# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+KINDS = ("workload", "federated")
+
 # Bundled image sets too small for simple_cnn's two 5x5 convolutions and poolings.
 SMALL_IMAGE_DATASETS = frozenset({"digits"})
 

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
 
+# The kinds the workload runs under, declared here so that validating a federated scenario
+# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+KINDS = ("workload", "federated")
+
+
 class STCConfig(StrictModel):
     """Neuron, task, network and optimiser of the STC workload."""
 
