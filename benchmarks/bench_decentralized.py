@@ -6,7 +6,11 @@
    term by the dense eigendecomposition (the yardstick) and by the Chebyshev expansion on the
    sparse walk, side by side: wall time, CPU time, peak memory (max RSS of a fresh child process
    per size and method), and the largest relative difference of sampled rows of rho from the
-   finite sum (R1), computed independently by powers of W (R2 - R1 is below 1e-40 here).
+   finite sum (R1), computed independently by powers of W (R2 - R1 is below 1e-40 here). The
+   conversion to (epsilon, delta) runs on one thread per core, each pair once (rho is symmetric).
+1b. The same matrix streamed in blocks of rows to a float64 file within a 1 GiB budget
+   (`testbed.decentralized.matrix_stream`), only its summaries in memory, at n = 2048 and, with
+   ``--full``, 10,000, 20,000 and 30,000 (three in-memory n x n arrays at 30,000 would be 21.6 GB).
 2. Sources-only rows (k = 8 chosen nodes) by the Chebyshev expansion, at n = 10,000 and, with
    ``--full``, 100,000: no n x n array anywhere.
 3. The same matrix at n = 256, vectorised against a naive per-pair loop (each entry from the
@@ -17,7 +21,8 @@
    training chunks only, after start-up; the three final tokens are compared.
 
     python benchmarks/bench_decentralized.py            # n = 512, 2048; ~3 minutes
-    python benchmarks/bench_decentralized.py --full     # adds n = 10,000 (eigh: ~10 minutes) and 100,000 rows
+    python benchmarks/bench_decentralized.py --full     # adds n = 10,000 (eigh: ~10 minutes), the streamed
+                                                        # matrix to 30,000 (~10 minutes) and 100,000 rows
 """
 
 from __future__ import annotations
@@ -34,20 +39,17 @@ import numpy as np
 SIZES = (512, 2048)
 FULL_SIZE = 10_000
 SOURCES_SIZE = 100_000
+STREAM_SIZES = (10_000, 20_000, 30_000)  # with --full; 2048 always
 DELTA, SIGMA = 1e-5, 1.0
 
 
 def pairwise_matrix(n: int, graph_term: str) -> dict:
     """Time the pairwise matrix at size n in this process with the given graph-term method;
-    report peak RSS and the error of sampled rows against the finite sum."""
-    from testbed.topologies import (
-        build_graph,
-        linear_rdp_to_dp,
-        max_valid_order,
-        metropolis_hastings,
-        random_walk_pndp,
-        walk_length,
-    )
+    report peak RSS, the time of the conversion to (epsilon, delta) alone (one thread per core,
+    each pair once: the walk's rho is symmetric, `matrix_stream.convert`), and the error of
+    sampled rows against the finite sum."""
+    from testbed.decentralized.matrix_stream import Conversion, convert
+    from testbed.topologies import build_graph, max_valid_order, metropolis_hastings, random_walk_pndp, walk_length
 
     graph = build_graph("erdos_renyi", n=n, seed=0)
     walk = metropolis_hastings(graph, sparse=True)
@@ -55,12 +57,53 @@ def pairwise_matrix(n: int, graph_term: str) -> dict:
     steps = walk_length(walk, SIGMA)
     rho = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, graph_term=graph_term)
     rho /= 2.0  # eps(alpha) / alpha: the per-pair zCDP rho
-    eps, _ = linear_rdp_to_dp(rho, DELTA, max_order=max_valid_order(SIGMA))
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    converting, cpu_converting = time.perf_counter(), time.process_time()
+    conversion = Conversion(DELTA, "balle", max_valid_order(SIGMA))
+    eps = convert(rho, conversion, symmetric=True)
+    end, cpu_end = time.perf_counter(), time.process_time()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"n": n, "method": graph_term, "walk_steps": steps, "seconds": seconds, "cpu_s": cpu,
+    # The yardstick, after the peak was read: one `linear_rdp_to_dp` call over every pair, one thread.
+    whole, cpu_whole = time.perf_counter(), time.process_time()
+    every_pair = conversion(rho)
+    whole, cpu_whole = time.perf_counter() - whole, time.process_time() - cpu_whole
+    return {"n": n, "method": graph_term, "walk_steps": steps, "seconds": end - start, "cpu_s": cpu_end - cpu_start,
+            "conversion_s": end - converting, "conversion_cpu_s": cpu_end - cpu_converting,
+            "one_call_conversion_s": whole, "one_call_conversion_cpu_s": cpu_whole,
+            "conversion_rel_difference": float(np.max(np.abs(eps - every_pair) / np.maximum(every_pair, 1e-300))),
+            "asymmetry": float(np.abs(rho - rho.T).max() / rho.max()),
             "peak_rss_mb": peak_mb, "max_epsilon": float(eps.max()),
             "rows_rel_error": _rows_error(walk, steps, rho)}
+
+
+def streamed_matrix(n: int, budget_mb: int = 1024) -> dict:
+    """The same matrix streamed in blocks of rows to a float64 .npy file (`matrix_stream`), with only
+    its summaries in memory: time, CPU, peak RSS; the largest relative difference of sampled
+    epsilon rows, read back from the file, from the conversion of the finite sum (R1)'s rows."""
+    import tempfile
+    from pathlib import Path
+
+    from testbed.decentralized.matrix_stream import Conversion, pairwise_epsilon, random_walk_rows
+    from testbed.topologies import build_graph, max_valid_order, metropolis_hastings, random_walk_pndp, walk_length
+
+    graph = build_graph("erdos_renyi", n=n, seed=0)
+    walk = metropolis_hastings(graph, sparse=True)
+    conversion = Conversion(DELTA, "balle", max_valid_order(SIGMA))
+    with tempfile.TemporaryDirectory(dir=".") as folder:
+        path = Path(folder) / "eps.npy"
+        start, cpu_start = time.perf_counter(), time.process_time()
+        steps = walk_length(walk, SIGMA)
+        result = pairwise_epsilon(random_walk_rows(walk, steps, SIGMA), graph, conversion, mode="stream",
+                                  path=path, budget=budget_mb << 20)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        sources = np.random.default_rng(1).choice(n, size=4, replace=False)
+        rows = np.load(path, mmap_mode="r")[np.sort(sources)]
+    reference = random_walk_pndp(walk, T=steps, sigma=SIGMA, alpha=2.0, method="finite_sum",
+                                 sources=np.sort(sources)) / 2.0
+    expected, off = conversion(reference), reference > 0
+    return {"n": n, "walk_steps": steps, "seconds": seconds, "cpu_s": cpu, "peak_rss_mb": peak_mb,
+            "block_rows": result.block_rows, "file_gb": n * n * 8 / 1e9, "max_epsilon": float(result.summary.top[0]),
+            "rows_rel_error": float(np.max(np.abs(rows[off] - expected[off]) / expected[off]))}
 
 
 def _rows_error(walk, steps: int, rho: np.ndarray, rows: int = 4) -> float:
@@ -194,7 +237,10 @@ def main() -> None:
     options = parser.parse_args()
     if options.child:
         kind, n, *rest = options.child
-        result = pairwise_matrix(int(n), rest[0]) if kind == "matrix" else sources_only(int(n))
+        if kind == "stream":
+            result = streamed_matrix(int(n), *(int(x) for x in rest))
+        else:
+            result = pairwise_matrix(int(n), rest[0]) if kind == "matrix" else sources_only(int(n))
         print(json.dumps(result))
         return
     print("1. pairwise (epsilon, delta) matrix of random-walk DP-SGD, Erdos-Renyi graphs; graph term by")
@@ -207,6 +253,18 @@ def main() -> None:
                   f"  rows vs (R1): {r['rows_rel_error']:.1e} relative")
         print(f"   n = {n:6d}  chebyshev / eigh: {runs['chebyshev']['seconds'] / runs['eigh']['seconds']:.3f}x wall,"
               f" {runs['chebyshev']['peak_rss_mb'] / runs['eigh']['peak_rss_mb']:.2f}x peak memory")
+        r = runs["chebyshev"]
+        print(f"   n = {n:6d}  conversion to (epsilon, delta): {r['conversion_s']:.2f} s wall,"
+              f" {r['conversion_cpu_s']:.2f} s CPU (threads, each pair once) against one call over every pair:"
+              f" {r['one_call_conversion_s']:.2f} s wall, {r['one_call_conversion_cpu_s']:.2f} s CPU:"
+              f" {r['conversion_s'] / r['one_call_conversion_s']:.2f}x wall; max relative difference"
+              f" {r['conversion_rel_difference']:.1e} (rho asymmetric by {r['asymmetry']:.1e})")
+    print("1b. the same matrix streamed to a float64 file in blocks of rows (1 GiB budget), summaries in memory")
+    for n in (2048,) + (STREAM_SIZES if options.full else ()):
+        r = _child("stream", str(n))
+        print(f"   n = {r['n']:6d}  T = {r['walk_steps']:5d}  {r['seconds']:8.2f} s wall  {r['cpu_s']:8.2f} s CPU"
+              f"  peak RSS {r['peak_rss_mb']:6.0f} MB  file {r['file_gb']:.2f} GB  blocks of {r['block_rows']} rows"
+              f"  epsilon rows vs (R1): {r['rows_rel_error']:.1e} relative")
     print("2. sources-only rows (k = 8) by the Chebyshev series")
     for n in (FULL_SIZE,) + ((SOURCES_SIZE,) if options.full else ()):
         r = _child("sources", str(n))

@@ -80,12 +80,14 @@ def spectrum_interval(walk) -> tuple[float, float]:
     return max(low, -1.0), high
 
 
-def graph_term_rows(walk, sources: np.ndarray, tol: float) -> np.ndarray:
+def graph_term_rows(walk, sources: np.ndarray, tol: float, series: TruncatedSeries | None = None) -> np.ndarray:
     """Rows ``sources`` of L = -ln(I - W + 11^T/n) for a symmetric doubly stochastic ergodic W,
     each entry within ``tol`` of the exact value (plus rounding). L is symmetric, so row u is
     f(A) e_u. Blocks of `BLOCK` sources are independent: they run on one thread per core (scipy's
-    sparse product releases the GIL), and each block's numbers do not depend on the threads."""
-    series = log_series(*spectrum_interval(walk), tol)
+    sparse product releases the GIL), and each block's numbers do not depend on the threads.
+    ``series``: `log_series` of W's interval, when a caller asking for rows block by block has it
+    already (the spectrum is two Lanczos runs, seconds at n = 3 x 10^4)."""
+    series = series if series is not None else log_series(*spectrum_interval(walk), tol)
     csr = sp.csr_array(walk, dtype=np.float64)
     starts = range(0, sources.size, BLOCK)
     out = np.empty((sources.size, csr.shape[0]))

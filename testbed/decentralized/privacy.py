@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from scipy.optimize import brentq
 
 from testbed.decentralized.audit import message_polynomials, senders
+from testbed.decentralized.matrix_stream import Conversion, convert
 from testbed.topologies import linear_rdp_to_dp, max_valid_order
 from testbed.topologies.symmetry import Difference, full_matrix
 
@@ -273,9 +274,11 @@ def _public_releases(n: int, releases: np.ndarray, sensitivity: float, keep: int
 
 def to_epsilon(unit: np.ndarray, local: np.ndarray, sigma: float, delta: float, conversion: str,
                order_limited: bool, sensitivity: float) -> np.ndarray:
-    """(epsilon, delta) of unit rho values at noise ``sigma``, clipped at the local-DP ceiling."""
+    """(epsilon, delta) of unit rho values at noise ``sigma``, clipped at the local-DP ceiling. A
+    pairwise matrix is converted on every core, and only once per pair where it is symmetric (checked
+    entry by entry: `matrix_stream.convert`); the numbers are those of one `linear_rdp_to_dp` call."""
     max_order = max_valid_order(sigma, sensitivity) if order_limited else None
-    network, _ = linear_rdp_to_dp(np.asarray(unit) / sigma**2, delta, method=conversion, max_order=max_order)
+    network = convert(np.asarray(unit) / sigma**2, Conversion(delta, conversion, max_order))
     ceiling, _ = linear_rdp_to_dp(np.asarray(local) / sigma**2, delta, method=conversion)
     return np.minimum(network, ceiling)
 
