@@ -232,14 +232,13 @@ def with_audits(scenario: Scenario, raw: dict, source: str, overrides: typing.Se
     """The scenario with each audit block of its report validated by the config of the audit a
     workload offers under that name (`testbed.workloads.audits`) and put in the block's place; an
     audit set in a scenario whose kind or report it does not serve is refused."""
-    from testbed.workloads.audits import offered_audits
+    from testbed.workloads.audits import find_audit, offered_audits
 
-    offered = offered_audits()
     typed = {}
     for name, block in (scenario.report.model_extra or {}).items():
-        audit = offered.get(name)
+        audit = find_audit(name)
         if audit is None:  # the words pydantic gives any other unknown key
-            valid = [*ReportConfig.model_fields, *offered]
+            valid = [*ReportConfig.model_fields, *offered_audits()]
             raise ScenarioError(f"{_source_for(('report', name), source, overrides)}: report.{name}: unknown key"
                                 f"{did_you_mean(name, valid)}; valid keys: {', '.join(valid)}")
         if block is None:

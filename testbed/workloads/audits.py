@@ -75,8 +75,15 @@ def offered_audits() -> dict[str, type[Audit]]:
 
 
 def find_audit(name: str) -> type[Audit] | None:
-    """The audit ``name`` as the first registered workload that offers it declares it."""
-    return offered_audits().get(name)
+    """The audit ``name`` as the first registered workload that offers it declares it (the
+    workloads after it are not imported)."""
+    from testbed.workloads import registry
+
+    for workload in registry.workload_names():
+        audit = registry.workload_class(workload).audits.get(name)
+        if audit is not None:
+            return audit
+    return None
 
 
 def switched_on(report: dict[str, Any] | ReportConfig) -> dict[str, tuple[type[Audit], Any]]:
