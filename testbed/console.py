@@ -18,6 +18,9 @@ from typing import Any
 LOG_NAME = "log.txt"
 # Loggers of the libraries a run drives; py.warnings is where `logging.captureWarnings` sends warnings.
 LIBRARY_LOGGERS = ("flwr", "ray", "mlflow", "alembic", "sqlalchemy", "huey", "wandb", "opacus", "torch", "py.warnings")
+# Loggers whose INFO is not for a person reading a run's log: SQLAlchemy's INFO is its echo of
+# mapper set-up and statements (Flower's link state: ~250 lines a federated run), alembic's too.
+LIBRARY_FLOORS = {"sqlalchemy": logging.WARNING, "alembic": logging.WARNING}
 RAY_HANDLER = "ray_print_logs"  # the name under which ray.init registers its console printer
 
 _active: dict[str, Any] = {}
@@ -54,7 +57,7 @@ def _divert(logger: logging.Logger, handler: logging.Handler) -> tuple[list[logg
     # The log is read after the fact: keep what a library says at INFO, unless it asked for less
     # itself (torch: WARNING; its INFO, e.g. "compile_threads set to 2" on torch.optim's first use,
     # comes from its own logging system, which adds a console handler below this logger).
-    logger.setLevel(max(logging.INFO, logger.level))
+    logger.setLevel(max(LIBRARY_FLOORS.get(logger.name, logging.INFO), logger.level))
     return state
 
 

@@ -85,6 +85,19 @@ def test_a_library_that_asked_for_warnings_only_is_not_made_to_say_more(tmp_path
     assert logging.getLogger("torch").level == logging.WARNING
 
 
+def test_sqlalchemy_set_up_chatter_stays_out_of_the_run_log_and_its_warnings_do_not(tmp_path):
+    # Flower's link state configures SQLAlchemy mappers in every federated run: ~250 INFO lines.
+    with library_output(tmp_path, verbose=False):
+        logging.getLogger("sqlalchemy.orm.mapper.Mapper").info("(Message|message_ins) _configure_property")
+        logging.getLogger("alembic.runtime.plugins").info("setup plugin alembic.autogenerate.schemas")
+        logging.getLogger("sqlalchemy.pool").warning("connection pool exhausted")
+    log = (tmp_path / LOG_NAME).read_text()
+
+    assert "_configure_property" not in log and "setup plugin" not in log
+    assert "connection pool exhausted" in log
+    assert logging.getLogger("sqlalchemy").level == logging.NOTSET  # restored
+
+
 def test_verbose_leaves_library_logs_on_the_console(tmp_path):
     with library_output(tmp_path, verbose=True):
         logging.getLogger("flwr").warning("Manually terminating ClientAppActor")
