@@ -87,6 +87,7 @@ def test_a_library_that_asked_for_warnings_only_is_not_made_to_say_more(tmp_path
 
 def test_sqlalchemy_set_up_chatter_stays_out_of_the_run_log_and_its_warnings_do_not(tmp_path):
     # Flower's link state configures SQLAlchemy mappers in every federated run: ~250 INFO lines.
+    before = logging.getLogger("sqlalchemy").level  # another test's library may have set it already
     with library_output(tmp_path, verbose=False):
         logging.getLogger("sqlalchemy.orm.mapper.Mapper").info("(Message|message_ins) _configure_property")
         logging.getLogger("alembic.runtime.plugins").info("setup plugin alembic.autogenerate.schemas")
@@ -95,7 +96,7 @@ def test_sqlalchemy_set_up_chatter_stays_out_of_the_run_log_and_its_warnings_do_
 
     assert "_configure_property" not in log and "setup plugin" not in log
     assert "connection pool exhausted" in log
-    assert logging.getLogger("sqlalchemy").level == logging.NOTSET  # restored
+    assert logging.getLogger("sqlalchemy").level == before  # restored
 
 
 def test_verbose_leaves_library_logs_on_the_console(tmp_path):

@@ -45,6 +45,15 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
         return []
 
 
+def _running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` still runs: an exited child the SuperLink has not reaped yet (a zombie) does not
+    (one was left for over 30 s once, under load, and read as a stray)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _name(proc: psutil.Process) -> str:
     try:
         return " ".join(proc.cmdline())[:160]
@@ -75,7 +84,7 @@ def test_flwr_run_of_the_sdea_app_finishes_and_leaves_only_flowers_managed_super
         deadline = time.monotonic() + 30
         while True:
             left = _tree(superlinks[0])
-            strays = [_name(p) for p in left if not any(m in _name(p) for m in MANAGED)]
+            strays = [_name(p) for p in left if _running(p) and not any(m in _name(p) for m in MANAGED)]
             if not strays or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
