@@ -30,7 +30,11 @@ WARM_MODULES: tuple[str, ...] = (
     "testbed.execute", "testbed.determinism", "testbed.data.datasets", "torch._dynamo",
     "sklearn.datasets", "sklearn.metrics", "matplotlib.backends.backend_agg",
 )
-KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation")}
+KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation"),
+                                                  "pretrain": ("testbed.pretrain.rank_modules",)}
+# The kinds whose runs launch a training rank on their own machine (`Engine.launch`): each of their
+# variants gets a zygote, from which its rank is forked with the modules above already imported.
+RANK_KINDS = frozenset({"pretrain"})
 
 # The sections each report kind adds to the generic ones (summary, metric curves, scenario), and
 # where a scenario kind orders them its own way for a report kind (a federated DP run's privacy page).

@@ -189,7 +189,8 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
         failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
     warm = kinds.warm_modules(scenario.kind) if scenario.sweep.processes == "warm" else None
-    tasks = [(str(variants_dir / slug), scenario.engine, warm, reports) for slug in variants]
+    zygote = scenario.kind in kinds.RANK_KINDS
+    tasks = [(str(variants_dir / slug), scenario.engine, warm, reports, zygote) for slug in variants]
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))
     with monitor, placement_engine(scenario.engine) as engine:
@@ -232,11 +233,12 @@ def _what_runs(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str] | None = None,
-                report: bool = True) -> dict[str, Any]:
+                report: bool = True, zygote: bool = False) -> dict[str, Any]:
     """Run one variant in its own ``testbed`` process (resume it if it started before), with the
     environment ``engine`` gives child processes on the machine that runs it: forked from this
     process's warm server that imported ``warm_modules`` (`testbed.engines.warm`), or, with None,
-    a fresh interpreter; ``report`` False: ``--no-report``."""
+    a fresh interpreter; ``report`` False: ``--no-report``; ``zygote``: a warm variant gets one,
+    to fork the training rank it launches from."""
     run = RunFolder(folder)
     if _interrupted.is_set():
         return _failed(run, {"status": "failed", "exit_code": 130, "error": "interrupted before it started"})
@@ -251,7 +253,7 @@ def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str]
     env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
     try:
         returncode, out, err = _run_variant_process([*command, "--quiet", *([] if report else ["--no-report"])], env,
-                                                    warm_modules)
+                                                    warm_modules, zygote)
     except WarmServerError as exc:
         return _failed(run, {"status": "failed", "exit_code": 1,
                              "error": f"{exc}; --set sweep.processes=fresh starts each variant afresh"})
@@ -272,8 +274,8 @@ def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _run_variant_process(args: list[str], env: dict[str, str],
-                         warm_modules: Sequence[str] | None) -> tuple[int, str, str]:
+def _run_variant_process(args: list[str], env: dict[str, str], warm_modules: Sequence[str] | None,
+                         zygote: bool = False) -> tuple[int, str, str]:
     """Run a variant's ``testbed ARGS`` process to its end: its exit code, stdout and stderr.
     Interrupted (the sweep's SIGINT is passed on to it), it is given `VARIANT_STOP_S` to stop as
     a run does before it is killed."""
@@ -282,7 +284,7 @@ def _run_variant_process(args: list[str], env: dict[str, str],
         process = subprocess.Popen([sys.executable, "-m", CLI, *args], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
     else:
-        process = warm_server(warm_modules, env).start(CLI, args)
+        process = warm_server(warm_modules, env).start(CLI, args, zygote=zygote)
     with process:
         with _variants_guard:
             _variant_processes.add(process)

@@ -29,8 +29,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.engines.jobs import DistributedProgram, Job
+
+if TYPE_CHECKING:
+    from testbed.engines.warm import WarmProcess
 
 POLL_SECONDS = 0.2
 
@@ -62,14 +66,24 @@ def accelerator_environment() -> dict[str, str]:
 class ProcessJob(Job):
     """A launcher (or a lone rank) started in its own session, with its output in a log file."""
 
-    def __init__(self, command: list[str], env: dict[str, str], work_dir: Path, port: int):
+    def __init__(self, command: list[str], env: dict[str, str], work_dir: Path, port: int, warm: bool = False):
+        """``command``: ``python -m MODULE ARGS...``; ``warm``: forked from this process's zygote
+        where it has one, as ``command`` would start (the same module, arguments and environment)."""
+        from testbed.engines.warm import zygote
+
         self.work_dir, self.port = work_dir, port
         self.log_path = work_dir / "launcher.log"
         stop_previous_launch(work_dir)
+        server = zygote() if warm else None
+        self.process: subprocess.Popen | WarmProcess
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
-        (work_dir / "launcher.pid").write_text(str(self.process.pid))
+            if server is not None:
+                self.process = server.start(command[2], command[3:], env={**os.environ, **env}, session=True,
+                                            output=log)
+            else:
+                self.process = subprocess.Popen(command, env={**os.environ, **env}, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
+        (work_dir / "launcher.pid").write_text(f"{self.process.pid} {start_time(self.process.pid)}")
 
     def finished(self) -> bool:
         return self.process.poll() is not None
@@ -85,11 +99,14 @@ class ProcessJob(Job):
 
 
 def single_rank_job(program: DistributedProgram) -> Job:
-    """One rank with a single-process torch.distributed environment, no launcher."""
+    """One rank with a single-process torch.distributed environment, no launcher: forked from this
+    process's zygote where it has one (a sweep's variant, `testbed.engines.warm.zygote`), else a
+    fresh interpreter."""
     port = free_port()
     env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **accelerator_environment(), **program.env}
-    return ProcessJob([sys.executable, "-m", program.module, *program.args], env, program.work_dir, port)
+    return ProcessJob([sys.executable, "-m", program.module, *program.args], env, program.work_dir, port,
+                      warm=True)
 
 
 def deepspeed_job(program: DistributedProgram, num_procs: int, hostfile: str | None) -> Job:
@@ -109,12 +126,17 @@ def stop_previous_launch(work_dir: Path) -> None:
     pid_path = work_dir / "launcher.pid"
     if not pid_path.is_file():
         return
-    pid = int(pid_path.read_text())
+    # The pid and the start time of the process it named: that process, not another that got its pid.
+    recorded, _, started = pid_path.read_text().partition(" ")
+    pid = int(recorded)
     cmdline = Path(f"/proc/{pid}/cmdline")
-    try:
-        alive_and_ours = str(work_dir.parent.resolve()) in cmdline.read_bytes().decode(errors="replace")
-    except OSError:
-        alive_and_ours = False
+    if started:
+        alive_and_ours = start_time(pid) == int(started)
+    else:  # a folder of a version that kept the pid alone
+        try:
+            alive_and_ours = str(work_dir.parent.resolve()) in cmdline.read_bytes().decode(errors="replace")
+        except OSError:
+            alive_and_ours = False
     if alive_and_ours:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -126,7 +148,17 @@ def stop_previous_launch(work_dir: Path) -> None:
     pid_path.unlink(missing_ok=True)
 
 
-def stop_group(process: subprocess.Popen, grace_s: float = 2.0) -> None:
+def start_time(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot (/proc); -1 if it does not run (or
+    there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def stop_group(process: subprocess.Popen | WarmProcess, grace_s: float = 2.0) -> None:
     """SIGTERM the session a launcher and its ranks share, SIGKILL what is left of it after
     ``grace_s``, and return once every process of the session has exited. The ranks have nothing
     to save: a run continues from its last complete checkpoint."""
@@ -142,7 +174,7 @@ def stop_group(process: subprocess.Popen, grace_s: float = 2.0) -> None:
             time.sleep(0.05)
 
 
-def _group_alive(process: subprocess.Popen) -> bool:
+def _group_alive(process: subprocess.Popen | WarmProcess) -> bool:
     """Whether any process of the session ``process`` leads still runs (the leader is reaped)."""
     leader_running = process.poll() is None
     table = process_table()

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
@@ -52,28 +53,51 @@ class WarmServer:
         self.control = ours
         self._sending = threading.Lock()
 
-    def start(self, module: str, argv: Sequence[str]) -> WarmProcess:
-        """Fork a child that runs ``python -m module argv...``; returns once it runs."""
+    def start(self, module: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+              session: bool = False, zygote: bool = False, output: IO[bytes] | None = None) -> WarmProcess:
+        """Fork a child that runs ``python -m module argv...``; returns once it runs. ``env``: its
+        whole environment (else the server's); ``session``: it leads a new session; ``zygote``: it
+        gets a zygote for its own launches (`zygote`); ``output``: where its stdout and stderr go
+        (else to temporary files `WarmProcess.communicate` reads)."""
         status, theirs = socket.socketpair()
-        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        out: IO[bytes]
+        err: IO[bytes]
+        if output is None:
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        else:
+            out = err = output
+        files = (out, err) if output is None else ()  # what this call opened, and closes on failure
+        fields: dict[str, Any] = {"module": module, "argv": list(argv), "session": session, "zygote": zygote}
+        if env is not None:
+            fields["env"] = dict(env)
         try:
             with theirs:
-                request = json.dumps({"module": module, "argv": list(argv)}).encode()
+                request = json.dumps(fields).encode()
                 with self._sending:
                     socket.send_fds(self.control, [request], [theirs.fileno(), out.fileno(), err.fileno()])
             pid = _read_number(status)
         except OSError:
             pid = None
         except BaseException:
-            for held in (status, out, err):
+            for held in (status, *files):
                 held.close()
             raise
         if pid is None:
-            for held in (status, out, err):
+            for held in (status, *files):
                 held.close()
-            raise WarmServerError(f"the warm server (pid {self.process.pid}) exited with code "
-                                  f"{self.process.wait()} (its stderr says why)")
+            raise WarmServerError(f"the warm server (pid {self.pid}) exited with code {self.exit_code()} "
+                                  "(its stderr says why)")
+        if output is not None:  # the caller's file stays the caller's: the child has its own descriptor
+            return WarmProcess(pid, status, None, None)
         return WarmProcess(pid, status, out, err)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exit_code(self) -> int:
+        """The server's exit code, once it has exited."""
+        return self.process.wait()
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -91,7 +115,7 @@ class WarmServer:
 class WarmProcess:
     """A child of a `WarmServer`, with the interface of `subprocess.Popen` that callers use."""
 
-    def __init__(self, pid: int, status: socket.socket, out: IO[bytes], err: IO[bytes]):
+    def __init__(self, pid: int, status: socket.socket, out: IO[bytes] | None, err: IO[bytes] | None):
         self.pid = pid
         self.returncode: int | None = None
         self.lost_server = False
@@ -103,7 +127,7 @@ class WarmProcess:
             self._status.settimeout(timeout)
             try:
                 code = _read_number(self._status)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # BlockingIOError: timeout 0 makes the socket non-blocking
                 raise subprocess.TimeoutExpired(f"warm child {self.pid}", timeout or 0.0) from None
             self.lost_server = code is None
             self.returncode = 1 if code is None else code
@@ -118,7 +142,7 @@ class WarmProcess:
     def communicate(self) -> tuple[str, str]:
         """Wait for the exit, then the child's stdout and stderr (text)."""
         self.wait()
-        out, err = (_read_text(handle) for handle in (self._out, self._err))
+        out, err = (_read_text(handle) if handle is not None else "" for handle in (self._out, self._err))
         if self.lost_server:
             err += "\nerror: the warm server this process was forked from exited before it\n"
         return out, err
@@ -138,7 +162,8 @@ class WarmProcess:
 
     def __exit__(self, *exc_info: Any) -> None:
         for held in (self._status, self._out, self._err):
-            held.close()
+            if held is not None:
+                held.close()
 
 
 def _read_number(status: socket.socket) -> int | None:
@@ -155,6 +180,66 @@ def _read_number(status: socket.socket) -> int | None:
 def _read_text(handle: IO[bytes]) -> str:
     handle.seek(0)
     return handle.read().decode(errors="replace")
+
+
+class Zygote(WarmServer):
+    """This process's zygote: a warm server its own warm server forked for it at its start
+    (``zygote=True``), so that the training ranks it launches are forked from a process as clean
+    as a warm server, with the rank's modules imported (`testbed.kinds.warm_modules`)."""
+
+    def __init__(self, control: socket.socket, pid: int):  # not WarmServer's: that starts a server
+        self.control, self._pid = control, pid
+        self._exit_code: int | None = None
+        self._sending = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def exit_code(self) -> int:
+        while self._reap(0) is None:
+            pass
+        assert self._exit_code is not None  # reaped
+        return self._exit_code
+
+    def alive(self) -> bool:
+        return self._reap(os.WNOHANG) is None
+
+    def _reap(self, options: int) -> int | None:
+        """Its exit code once it has exited (read once), None while it runs."""
+        if self._exit_code is None:
+            try:
+                pid, status = os.waitpid(self._pid, options)
+            except ChildProcessError:  # reaped by someone else: gone, its code unknown
+                pid, status = self._pid, 0
+            if pid:
+                self._exit_code = os.waitstatus_to_exitcode(status)
+        return self._exit_code
+
+    def close(self) -> None:
+        """Stop the zygote (ranks still running get SIGINT) and reap it."""
+        self.control.close()
+        deadline = time.monotonic() + STOP_S
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.alive():
+            os.kill(self._pid, signal.SIGKILL)
+            self.exit_code()
+
+
+_zygote: Zygote | None = None
+
+
+def adopt_zygote(control: socket.socket, pid: int) -> None:
+    """Called in a child forked with ``zygote=True`` (`testbed.engines.warm_server`): its zygote."""
+    global _zygote
+    _zygote = Zygote(control, pid)
+    atexit.register(_zygote.close)
+
+
+def zygote() -> Zygote | None:
+    """This process's zygote, if its warm server forked it one and it still runs."""
+    return _zygote if _zygote is not None and _zygote.alive() else None
 
 
 _servers: dict[tuple, WarmServer] = {}

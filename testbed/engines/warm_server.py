@@ -11,7 +11,12 @@ request's status socket and the child's stdout and stderr. The server forks, wri
 pid on the status socket, and, once it has reaped the child, its exit code (negative: the signal
 that killed it), as signed 8-byte numbers. It stops at the control socket's end of file (its
 client closed it, or died); a child still running then gets its parent-death signal (SIGINT, as
-Ctrl-C: it stops as an interrupted run does).
+Ctrl-C: it stops as an interrupted run does). Optional fields: ``"env"``, the child's whole
+environment (else the server's); ``"session": true``, the child leads a new session (as
+``start_new_session`` does); ``"zygote": true``, the child first forks a server of its own, a
+*zygote*, still as clean as this server (no thread, nothing computed), that later forks the
+training ranks the child launches (`testbed.engines.warm.zygote`): a rank then starts in
+milliseconds with torch and DeepSpeed imported, where a fresh ``python -m`` takes 2-3 s.
 
 Fork safety: the server imports and computes nothing else, so no Python thread and no torch
 intra-op pool exists when it forks (it refuses to serve if an import started a Python thread);
@@ -56,7 +61,11 @@ def serve(control_fd: int, modules: list[str], original_sigint: Any) -> dict[str
         print(f"warm server: importing {modules} started threads {threads}: forking now would copy them "
               "half-done", file=sys.stderr)
         return None
-    control = socket.socket(fileno=control_fd)
+    return _serve(socket.socket(fileno=control_fd), original_sigint)
+
+
+def _serve(control: socket.socket, original_sigint: Any) -> dict[str, Any] | None:
+    """Fork a child per request on ``control`` until it closes (`serve`, after the imports)."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -89,6 +98,7 @@ def serve(control_fd: int, modules: list[str], original_sigint: Any) -> dict[str
                     os.close(fd)
                 _become_child(server, out, err, original_sigint, death_signal)
                 request: dict[str, Any] = json.loads(message)
+                _prepare(request, original_sigint)
                 return request
             os.close(out)
             os.close(err)
@@ -134,6 +144,41 @@ def _become_child(server: int, out: int, err: int, original_sigint: Any, death_s
         numpy_random.seed()  # a fresh process seeds it from the OS
     # Last, with the child's own stderr in place: a SIGINT sent since the fork arrives now.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _prepare(request: dict[str, Any], original_sigint: Any) -> None:
+    """In the forked child, before it runs anything: the environment, session and zygote it asked for."""
+    if "env" in request:
+        os.environ.clear()
+        os.environ.update(request["env"])
+    if request.get("session"):
+        os.setsid()
+    if request.get("zygote"):
+        _fork_zygote(original_sigint)
+
+
+def _fork_zygote(original_sigint: Any) -> None:
+    """Fork this child's zygote: a server for its later launches, forked now, while this process is
+    as clean as the server it came from. The zygote stops at its control socket's end of file (this
+    process closes it at exit, `testbed.engines.warm`) or, by its parent-death signal, with it."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the server: Ctrl-C is for the ranks, not for it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        set_parent_death_signal(signal.SIGTERM)
+        if os.getppid() != parent:  # the parent exited between the fork and the line above
+            os._exit(0)
+        request = _serve(theirs, original_sigint)
+        if request is None:
+            os._exit(0)
+        run_request(request)
+    theirs.close()
+    from testbed.engines.warm import adopt_zygote
+
+    adopt_zygote(ours, pid)
 
 
 def run_request(request: dict[str, Any]) -> NoReturn:

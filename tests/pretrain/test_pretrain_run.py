@@ -184,3 +184,40 @@ def test_deepspeed_shared_memory_buffers_of_a_finished_run_are_released(tmp_path
         path.write_bytes(b"x")
     release_shared_memory(29611, folder=tmp_path)
     assert not any(p.exists() for p in ours) and all(p.exists() for p in others)
+
+
+def _orphan_sleeper() -> int:
+    """The pid of a process that is not ours to reap (as a rank left by a killed driver)."""
+    done = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.integration
+def test_a_resumed_launch_stops_the_rank_its_pid_file_names_and_no_process_that_reused_its_pid(tmp_path):
+    """A rank forked from a zygote shows its warm server's command line, not the run folder's: the
+    pid file identifies it by pid and start time."""
+    from testbed.engines.processes import start_time, stop_previous_launch
+
+    work_dir = tmp_path / "run" / "worker"
+    work_dir.mkdir(parents=True)
+    leftover, stranger = _orphan_sleeper(), _orphan_sleeper()
+    try:
+        (work_dir / "launcher.pid").write_text(f"{stranger} {start_time(stranger) + 1}")  # its pid, reused
+        stop_previous_launch(work_dir)
+        assert _alive(stranger) and not (work_dir / "launcher.pid").exists()
+
+        (work_dir / "launcher.pid").write_text(f"{leftover} {start_time(leftover)}")
+        stop_previous_launch(work_dir)
+        assert not _alive(leftover)
+    finally:
+        for pid in (leftover, stranger):
+            if _alive(pid):
+                os.kill(pid, 9)

@@ -44,6 +44,20 @@ if sys.argv[1] == "sleep":
     time.sleep(60)
 sys.exit(int(sys.argv[1]))
 """
+# A variant that launches its rank through its zygote, as `single_rank_job` does, and reports both.
+LAUNCHER = """
+import json, os, sys, tempfile
+from testbed.engines.warm import zygote
+server = zygote()
+with tempfile.TemporaryFile() as output:
+    rank = server.start("warm_main", ["0"], env={**os.environ, "SETTING": "from-request"}, session=True,
+                        output=output)
+    running = rank.poll()
+    code = rank.wait(30)
+    output.seek(0)
+    report = json.loads(output.read().decode().splitlines()[0])
+print(json.dumps({"pid": os.getpid(), "zygote": server.pid, "running": running, "code": code, "rank": report}))
+"""
 STOPS_WITHIN_S = 10.0
 
 
@@ -51,7 +65,8 @@ STOPS_WITHIN_S = 10.0
 def probe_env(tmp_path):
     """The environment of a server that can import the two probe modules, and its marker log."""
     (tmp_path / "warm_marker.py").write_text(MARKER)
-    (tmp_path / "warm_main.py").write_text(MAIN)
+    (tmp_path / "warm_main.py").write_text(MAIN.replace('"name": __name__', '"name": __name__, "sid": os.getsid(0)'))
+    (tmp_path / "warm_launcher.py").write_text(LAUNCHER)
     log = tmp_path / "imports.log"
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "MARKER_LOG": str(log), "SETTING": "from-env"}
     yield env, log
@@ -113,6 +128,26 @@ def test_a_child_is_signalled_and_killed_like_a_process_and_stopped_with_its_ser
         os.kill(server.process.pid, signal.SIGKILL)  # as when Ray stops the worker that started the server
         assert _wait_gone([orphan.pid]) == []  # its parent-death signal (SIGINT) stopped it
         assert orphan.wait(STOPS_WITHIN_S) == 1 and "exited before it" in orphan.communicate()[1]
+
+
+@pytest.mark.integration
+def test_a_child_with_a_zygote_forks_its_launch_from_it_with_the_environment_and_session_it_asks(probe_env):
+    """A sweep's pretrain variant launches its training rank so (`single_rank_job`): forked from the
+    zygote its warm server forked with it, not started afresh; the zygote stops with the variant."""
+    env, log = probe_env
+    server = warm_server(["warm_marker"], env)
+    with server.start("warm_launcher", [], zygote=True) as variant:
+        out, err = variant.communicate()
+    assert variant.returncode == 0, err
+    report = json.loads(out)
+    rank = report["rank"]
+
+    assert rank["ppid"] == report["zygote"] and report["zygote"] != report["pid"]
+    assert rank["marker_was_loaded"] and log.read_text().split() == [str(server.process.pid)]  # imported once
+    assert rank["name"] == "__main__" and rank["argv"] == ["0"] and report["code"] == 0
+    assert rank["setting"] == "from-request" and rank["sid"] == rank["pid"]  # its environment, its own session
+    assert report["running"] is None or report["running"] == 0  # polling a running child answers None
+    assert _wait_gone([report["zygote"]]) == []  # closed as the variant exited
 
 
 @pytest.mark.integration
@@ -189,6 +224,25 @@ def test_variants_fork_from_one_warm_server_and_compute_what_fresh_processes_do(
     warm_metrics, fresh_metrics = _final_metrics(tmp_path / "warm"), _final_metrics(tmp_path / "fresh")
     assert len(warm_metrics) == 2 and list(fresh_metrics) == ["seed=2"]
     assert warm_metrics["seed=2"] == fresh_metrics["seed=2"]  # bit for bit
+
+
+@pytest.mark.integration
+def test_a_pretrain_variants_rank_forks_from_its_zygote_and_computes_what_a_fresh_rank_does(write_scenario,
+                                                                                          tmp_path):
+    from tests.pretrain.test_pretrain_run import DETERMINISTIC, TINY_PRETRAIN
+
+    path = write_scenario({**TINY_PRETRAIN, "pretrain": {**TINY_PRETRAIN["pretrain"], "steps": 4},
+                           "sweep": {"grid": {"seed": [2]}, "parallel": 1}})
+
+    warm, seen = _watched_sweep(path, "--run-dir", tmp_path / "warm")
+    fresh, seen_fresh = _watched_sweep(path, "--run-dir", tmp_path / "fresh", "--set", "sweep.processes=fresh")
+
+    assert warm.returncode == 0 and fresh.returncode == 0, warm.stderr + fresh.stderr
+    ranks = "-m testbed.pretrain.ds_worker"
+    assert not [command for _, command in seen.values() if ranks in command]  # forked, not a fresh interpreter
+    assert [command for _, command in seen_fresh.values() if ranks in command]  # (and a child it forks)
+    warm_metrics, fresh_metrics = _final_metrics(tmp_path / "warm"), _final_metrics(tmp_path / "fresh")
+    assert all(warm_metrics["seed=2"][name] == fresh_metrics["seed=2"][name] for name in DETERMINISTIC)
 
 
 def _default_sigint() -> None:
