@@ -12,11 +12,9 @@ Launch recipes (what `single_rank_job` and `deepspeed_job` run)::
 Without CUDA the ranks get ``DS_ACCELERATOR=cpu`` (gloo, fp32).
 
 Stopping a launch waits until every process of its session has exited, not only the launcher
-(the deepspeed launcher's own children outlived it by seconds). The process-tree helpers at the
-end (`set_child_subreaper`, `stop_leftovers`) let an engine that started Ray make sure no Ray
-process outlives it either; `set_parent_death_signal` stops a warm server's children with it
-(`testbed.engines.warm_server`). They read ``/proc`` or call ``prctl`` (Linux); elsewhere they do
-nothing.
+(the deepspeed launcher's own children outlived it by seconds). The single rank of a sweep's
+variant is forked from the variant's zygote (`testbed.engines.warm.zygote`) rather than started
+afresh: the same module, arguments, environment and session, without 2-3 s of imports.
 """
 
 from __future__ import annotations
@@ -27,11 +25,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.engines.jobs import DistributedProgram, Job
+from testbed.engines.proctree import process_table, start_time
 
 if TYPE_CHECKING:
     from testbed.engines.warm import WarmProcess
@@ -148,16 +146,6 @@ def stop_previous_launch(work_dir: Path) -> None:
     pid_path.unlink(missing_ok=True)
 
 
-def start_time(pid: int) -> int:
-    """When process ``pid`` started, in clock ticks since boot (/proc); -1 if it does not run (or
-    there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return int(handle.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
 def stop_group(process: subprocess.Popen | WarmProcess, grace_s: float = 2.0) -> None:
     """SIGTERM the session a launcher and its ranks share, SIGKILL what is left of it after
     ``grace_s``, and return once every process of the session has exited. The ranks have nothing
@@ -185,113 +173,3 @@ def _group_alive(process: subprocess.Popen | WarmProcess) -> bool:
 
 def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-# process trees (Linux /proc) -------------------------------------------------------------------
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-
-
-def process_table() -> dict[int, tuple[str, int, int]]:
-    """``pid -> (state, ppid, pgrp)`` of every process, from /proc (empty where there is none)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return {}
-    table = {}
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-        except OSError:
-            continue  # exited meanwhile
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ", comm may hold anything
-        table[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
-    return table
-
-
-def descendants(pid: int | None = None) -> set[int]:
-    """Every process below ``pid`` (default: this process), zombies included."""
-    root = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
-    for child, (_, parent, _) in process_table().items():
-        children.setdefault(parent, []).append(child)
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
-def set_child_subreaper(enabled: bool) -> bool:
-    """Make orphaned descendants of this process its children rather than init's (Linux), so that
-    they can still be found below it; whether that is in effect."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0) == 0 and enabled
-    except (OSError, AttributeError):
-        return False
-
-
-def set_parent_death_signal(sig: int) -> bool:
-    """Have the kernel send ``sig`` to this process when its parent exits (Linux); whether that
-    is in effect."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def command_line(pid: int) -> str:
-    """The command line of ``pid`` ("" for a zombie or a process that is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def stop_leftovers(keep: Iterable[int], belongs: Callable[[str], bool], grace_s: float = 1.0) -> list[int]:
-    """Stop the processes below this one that ``keep`` does not name and whose command line
-    ``belongs`` claims: wait ``grace_s`` for them to exit, SIGKILL the rest, reap those that are
-    this process's children. Returns the pids that had to be killed."""
-    kept = set(keep)
-    targets = {pid for pid in descendants() - kept if belongs(command_line(pid))}
-    deadline = time.monotonic() + grace_s
-    while _running(targets) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    killed = sorted(_running(targets))
-    for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 5.0
-    while _running(targets) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    # Orphans adopted through the subreaper are this process's children: reap those that have
-    # exited, so that none is left a zombie.
-    for pid, (state, parent, _) in process_table().items():
-        if parent == os.getpid() and pid not in kept and state == "Z":
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-    return killed
-
-
-def _running(pids: set[int]) -> set[int]:
-    table = process_table()
-    return {pid for pid in pids if pid in table and table[pid][0] != "Z"}

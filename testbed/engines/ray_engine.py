@@ -185,7 +185,7 @@ class LocalRayEngine(_RayEngine):
         can still be found below this process and stopped."""
         import ray
 
-        from testbed.engines.processes import descendants, set_child_subreaper
+        from testbed.engines.proctree import descendants, set_child_subreaper
 
         if not ray.is_initialized():
             self._preexisting = descendants()
@@ -193,7 +193,7 @@ class LocalRayEngine(_RayEngine):
 
     def _end_adopting(self) -> None:
         """Once Ray is shut down: stop what is left of its processes (after a second's grace)."""
-        from testbed.engines.processes import set_child_subreaper, stop_leftovers
+        from testbed.engines.proctree import set_child_subreaper, stop_leftovers
 
         if self._adopting:
             stop_leftovers(self._preexisting, is_ray_process)

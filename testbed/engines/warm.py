@@ -27,11 +27,11 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
+from testbed.engines import warm_server as forking
 from testbed.engines.warm_server import NUMBER
 
 STOP_S = 10.0  # how long a server may take to exit once told to
@@ -185,7 +185,8 @@ def _read_text(handle: IO[bytes]) -> str:
 class Zygote(WarmServer):
     """This process's zygote: a warm server its own warm server forked for it at its start
     (``zygote=True``), so that the training ranks it launches are forked from a process as clean
-    as a warm server, with the rank's modules imported (`testbed.kinds.warm_modules`)."""
+    as a warm server, with the rank's modules imported (`testbed.kinds.warm_modules`). It stops
+    at this process's exit (`testbed.engines.warm_server`)."""
 
     def __init__(self, control: socket.socket, pid: int):  # not WarmServer's: that starts a server
         self.control, self._pid = control, pid
@@ -205,6 +206,9 @@ class Zygote(WarmServer):
     def alive(self) -> bool:
         return self._reap(os.WNOHANG) is None
 
+    def close(self) -> None:
+        raise NotImplementedError("a zygote stops at its process's exit")
+
     def _reap(self, options: int) -> int | None:
         """Its exit code once it has exited (read once), None while it runs."""
         if self._exit_code is None:
@@ -216,29 +220,15 @@ class Zygote(WarmServer):
                 self._exit_code = os.waitstatus_to_exitcode(status)
         return self._exit_code
 
-    def close(self) -> None:
-        """Stop the zygote (ranks still running get SIGINT) and reap it."""
-        self.control.close()
-        deadline = time.monotonic() + STOP_S
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if self.alive():
-            os.kill(self._pid, signal.SIGKILL)
-            self.exit_code()
-
 
 _zygote: Zygote | None = None
 
 
-def adopt_zygote(control: socket.socket, pid: int) -> None:
-    """Called in a child forked with ``zygote=True`` (`testbed.engines.warm_server`): its zygote."""
-    global _zygote
-    _zygote = Zygote(control, pid)
-    atexit.register(_zygote.close)
-
-
 def zygote() -> Zygote | None:
-    """This process's zygote, if its warm server forked it one and it still runs."""
+    """This process's zygote, if its warm server forked it one (``zygote=True``) and it still runs."""
+    global _zygote
+    if _zygote is None and forking.zygote is not None:
+        _zygote = Zygote(*forking.zygote)
     return _zygote if _zygote is not None and _zygote.alive() else None
 
 

@@ -39,13 +39,17 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 from typing import Any, NoReturn
 
-from testbed.engines.processes import set_parent_death_signal
+from testbed.engines.proctree import set_parent_death_signal
 
 NUMBER = struct.Struct("q")  # pids and exit codes on a status socket
 MAX_REQUEST = 1 << 20
+ZYGOTE_STOP_S = 10.0
+# In a child forked with "zygote": true, its zygote: (control socket, pid) (`testbed.engines.warm.zygote`).
+zygote: tuple[socket.socket, int] | None = None
 
 
 def serve(control_fd: int, modules: list[str], original_sigint: Any) -> dict[str, Any] | None:
@@ -176,9 +180,27 @@ def _fork_zygote(original_sigint: Any) -> None:
             os._exit(0)
         run_request(request)
     theirs.close()
-    from testbed.engines.warm import adopt_zygote
+    # Kept on the module under its own name: the server runs this file as __main__, and the
+    # child's launches look for the zygote there (`testbed.engines.warm.zygote`).
+    named: Any = importlib.import_module("testbed.engines.warm_server")
+    named.zygote = ours, pid
+    atexit.register(_close_zygote, ours, pid)
 
-    adopt_zygote(ours, pid)
+
+def _close_zygote(control: socket.socket, pid: int) -> None:
+    """At this process's exit: end its zygote's control socket and reap the zygote (ranks it still
+    runs get SIGINT), SIGKILL after `ZYGOTE_STOP_S`."""
+    control.close()
+    deadline = time.monotonic() + ZYGOTE_STOP_S
+    try:
+        while os.waitpid(pid, os.WNOHANG)[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.01)
+    except ChildProcessError:  # already reaped (`testbed.engines.warm.Zygote.alive`)
+        pass
 
 
 def run_request(request: dict[str, Any]) -> NoReturn:

@@ -12,12 +12,15 @@ DeepSpeed from warning that it guessed.
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
 
-import testbed.pretrain.ds_worker  # noqa: F401  # imported for the ranks forked after it
+RANK_MODULES = ("testbed.pretrain.ds_worker",)
 
+for _name in RANK_MODULES:
+    importlib.import_module(_name)
 if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import deepspeed  # noqa: F401
+    importlib.import_module("deepspeed")

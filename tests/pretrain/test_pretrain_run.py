@@ -204,7 +204,8 @@ def _alive(pid: int) -> bool:
 def test_a_resumed_launch_stops_the_rank_its_pid_file_names_and_no_process_that_reused_its_pid(tmp_path):
     """A rank forked from a zygote shows its warm server's command line, not the run folder's: the
     pid file identifies it by pid and start time."""
-    from testbed.engines.processes import start_time, stop_previous_launch
+    from testbed.engines.processes import stop_previous_launch
+    from testbed.engines.proctree import start_time
 
     work_dir = tmp_path / "run" / "worker"
     work_dir.mkdir(parents=True)
