@@ -7,11 +7,21 @@ builders stay short and every message has the same shape.
 from __future__ import annotations
 
 import numbers
-from typing import cast
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 import networkx as nx
 
 from .errors import TopologyError
+
+Builder = TypeVar("Builder", bound=Callable[..., nx.Graph])
+
+
+def seedless(builder: Builder) -> Builder:
+    """Declare a deterministic graph builder: it takes ``seed`` and ignores it, so a caller may build
+    its graph once for every seed (``builder.seedless``; a builder that does not say so is seeded)."""
+    builder.seedless = True  # type: ignore[attr-defined]
+    return builder
 
 
 def require_int(name: str, value: object, minimum: int) -> int:

@@ -4,8 +4,8 @@ Every builder returns an undirected, connected, simple `networkx.Graph` whose no
 are the integers ``0 .. n-1`` (the original label, when there was one, is kept in the
 node attribute ``"label"``) and whose ``graph["name"]`` is the registry name. Every
 builder takes keyword parameters and a keyword ``seed: int``; deterministic builders
-ignore the seed, randomised ones require it and return the same graph for the same
-seed. `GRAPH_BUILDERS` maps a scenario name (the builder's function name) to its builder,
+ignore the seed (and declare so with `seedless`), randomised ones require it and return
+the same graph for the same seed. `GRAPH_BUILDERS` maps a scenario name (the builder's function name) to its builder,
 so that a YAML scenario can say ``topology: {name: hypercube, dim: 11}`` and call
 `graph_from_spec`; a caller with builders of its own (a host's plugins) passes ``builders``.
 """
@@ -20,23 +20,26 @@ import networkx as nx
 import numpy as np
 
 from . import real_graphs
-from ._checks import finish_graph, require_int, require_prob
+from ._checks import finish_graph, require_int, require_prob, seedless
 from .errors import TopologyError
 from .symmetry import record_group
 
 
+@seedless
 def complete(*, n: int, seed: int = 0) -> nx.Graph:
     """Complete graph K_n: every pair of nodes is an edge."""
     n = require_int("n", n, 2)
     return record_group(finish_graph(nx.complete_graph(n), "complete"), "cyclic", (n,))
 
 
+@seedless
 def ring(*, n: int, seed: int = 0) -> nx.Graph:
     """Cycle C_n (n >= 3): node i is linked to i-1 and i+1 mod n."""
     n = require_int("n", n, 3)
     return record_group(finish_graph(nx.cycle_graph(n), "ring"), "cyclic", (n,))
 
 
+@seedless
 def grid(*, rows: int, cols: int, periodic: bool = False, seed: int = 0) -> nx.Graph:
     """2-D lattice of rows x cols nodes; node r*cols + c sits at (r, c).
 
@@ -52,11 +55,13 @@ def grid(*, rows: int, cols: int, periodic: bool = False, seed: int = 0) -> nx.G
     return record_group(lattice, "cyclic", (r, c)) if periodic else lattice
 
 
+@seedless
 def torus(*, rows: int, cols: int, seed: int = 0) -> nx.Graph:
     """Periodic rows x cols lattice (each node has degree 4); see `grid`."""
     return grid(rows=rows, cols=cols, periodic=True, seed=seed)
 
 
+@seedless
 def hypercube(*, dim: int, seed: int = 0) -> nx.Graph:
     """Hypercube Q_dim on 2**dim nodes; node i and j are linked iff their bits differ once."""
     dim = require_int("dim", dim, 1)
@@ -70,6 +75,7 @@ def hypercube(*, dim: int, seed: int = 0) -> nx.Graph:
     return record_group(finish_graph(cube, "hypercube"), "xor", (2**dim,))
 
 
+@seedless
 def exponential(*, n: int, seed: int = 0) -> nx.Graph:
     """Undirected exponential graph: node i is linked to i +- 2**k mod n for all 2**k < n.
 

@@ -14,15 +14,17 @@ from pathlib import Path
 
 import networkx as nx
 
-from ._checks import finish_graph
+from ._checks import finish_graph, seedless
 from .errors import TopologyError
 
 
+@seedless
 def karate_club(*, seed: int = 0) -> nx.Graph:
     """Zachary's karate club: 34 members, 78 friendships."""
     return finish_graph(nx.karate_club_graph(), "karate_club")
 
 
+@seedless
 def davis_southern_women(*, seed: int = 0) -> nx.Graph:
     """Davis Southern Women: bipartite, 18 women and 14 events (32 nodes, 89 edges).
 
@@ -31,16 +33,19 @@ def davis_southern_women(*, seed: int = 0) -> nx.Graph:
     return finish_graph(nx.davis_southern_women_graph(), "davis_southern_women")
 
 
+@seedless
 def florentine_families(*, seed: int = 0) -> nx.Graph:
     """Marriage ties between Renaissance Florentine families (15 nodes, 20 edges)."""
     return finish_graph(nx.florentine_families_graph(), "florentine_families")
 
 
+@seedless
 def les_miserables(*, seed: int = 0) -> nx.Graph:
     """Co-appearance of characters in Les Miserables (77 nodes, 254 edges)."""
     return finish_graph(nx.les_miserables_graph(), "les_miserables")
 
 
+@seedless
 def edge_list(*, path: str | Path, seed: int = 0) -> nx.Graph:
     """Read an undirected graph from a text file with one edge ``u v`` per line.
 

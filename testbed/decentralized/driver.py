@@ -22,7 +22,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from testbed.decentralized import audit, comparison, privacy
+from testbed.decentralized import accountant_cache, audit, comparison, privacy
 from testbed.decentralized.config import DecentralizedConfig, PhaseSettings
 from testbed.decentralized.phase import PhaseArgs, build_phase, structure
 from testbed.decentralized.problem import Problem, build_graph
@@ -31,7 +31,7 @@ from testbed.errors import ScenarioError
 from testbed.scenario import Scenario
 from testbed.seeding import SeedTree, stream
 from testbed.topologies import epsilon_by_distance
-from testbed.topologies.symmetry import row_symmetry
+from testbed.topologies.symmetry import GROUP_KEY, row_symmetry
 
 
 def sensitivity(config: DecentralizedConfig) -> float:
@@ -46,16 +46,31 @@ _UNIT_RHO_CACHE: dict[tuple, privacy.UnitRho] = {}
 _UNIT_RHO_CACHE_SIZE = 2
 
 
-def unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None = None) -> privacy.UnitRho:
-    """The accountant of ``settings.algorithm`` at sigma = 1 over its planned steps (cached)."""
+def walk_digest(walk: np.ndarray) -> str:
+    """The key of a walk matrix in the accountant's cache: a SHA-256 of its entries."""
+    return hashlib.sha256(np.ascontiguousarray(walk).data).hexdigest()  # its buffer: no 32 MB copy
+
+
+def unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None = None, *,
+             digest: str | None = None, stored: bool = False) -> privacy.UnitRho:
+    """The accountant of ``settings.algorithm`` at sigma = 1 over its planned steps (cached).
+    ``digest``: the walk's `walk_digest`, where the caller keeps it (a check's variants share one walk).
+    ``stored``: a check's plan, which may read the accountant a former command kept on disk
+    (`accountant_cache`); a run's plan computes its own, and keeps it there for the next check."""
     config, walk = problem.config, problem.walk
-    key = (hashlib.sha256(np.ascontiguousarray(walk).tobytes()).hexdigest(), walk.shape, settings.algorithm,
+    key = (digest or walk_digest(walk), walk.shape, settings.algorithm,
            settings.steps, structure(config, walk, settings.steps), sensitivity(config),
            config.random_walk.accounting, keep)
+    lasting = (*key, problem.graph.graph.get(GROUP_KEY))  # the recorded symmetry picks the computation
     if key not in _UNIT_RHO_CACHE:
+        found = accountant_cache.read(lasting, settings.steps) if stored and keep is None else None
+        if found is not None:
+            return found  # not kept in memory: a run in this process computes its own
         while len(_UNIT_RHO_CACHE) >= _UNIT_RHO_CACHE_SIZE:
             _UNIT_RHO_CACHE.pop(next(iter(_UNIT_RHO_CACHE)))
         _UNIT_RHO_CACHE[key] = _unit_rho(problem, settings, keep)
+        if keep is None:
+            accountant_cache.write(lasting, _UNIT_RHO_CACHE[key])
     return copy.deepcopy(_UNIT_RHO_CACHE[key])  # callers own their copy
 
 
@@ -74,13 +89,16 @@ def _unit_rho(problem: Problem, settings: PhaseSettings, keep: int | None) -> pr
     return privacy.local_dp_unit_rho(problem.n, planned, delta_c, keep)
 
 
-def plan(problem: Problem, settings: PhaseSettings, source: str) -> privacy.PrivacyPlan:
-    """The privacy plan of one algorithm (sigma, stopping step); a `ScenarioError` if impossible."""
+def plan(problem: Problem, settings: PhaseSettings, source: str, *, digest: str | None = None,
+         stored: bool = False) -> privacy.PrivacyPlan:
+    """The privacy plan of one algorithm (sigma, stopping step); a `ScenarioError` if impossible.
+    ``digest`` and ``stored``: as `unit_rho` takes them (a check's plan)."""
     config = problem.config
     _check_accountant_cost(problem, settings, source)
     try:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # an extreme sigma: refused below
-            return privacy.make_plan(settings.algorithm, unit_rho(problem, settings), settings.steps, config.sigma,
+            unit = unit_rho(problem, settings, digest=digest, stored=stored)
+            return privacy.make_plan(settings.algorithm, unit, settings.steps, config.sigma,
                                      config.privacy.target_epsilon, config.privacy.delta, config.privacy.conversion,
                                      sensitivity(config))
     except ValueError as err:

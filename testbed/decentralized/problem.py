@@ -61,6 +61,15 @@ def build_graph(config: DecentralizedConfig, seed: int, spec: dict | None = None
                            max_nodes=MAX_NODES, max_edges=MAX_EDGES, builders=registered_topologies())
 
 
+def graph_seed(config: DecentralizedConfig, seed: int, spec: dict | None = None) -> int | None:
+    """The root seed `build_graph`'s graph depends on: None where it depends on none (the spec sets its
+    own ``seed``, or its builder is declared `testbed.topologies.graphs.seedless`), so that a sweep over
+    seeds may reuse the graph of one."""
+    spec = spec or config.topology.spec
+    builder = registered_topologies().get(str(spec.get("name")))
+    return None if "seed" in spec or getattr(builder, "seedless", False) else seed
+
+
 @dataclass
 class NodeData:
     """Training samples of nodes ``nodes``, padded: x [b, m, F], y [b, m], mask [b, m] (1 = real)."""

@@ -20,7 +20,7 @@ import numpy as np
 from testbed.decentralized import comparison, driver
 from testbed.decentralized.config import BASELINE
 from testbed.decentralized.privacy import PrivacyPlan
-from testbed.decentralized.problem import Problem, build_graph, build_problem, check_node_data
+from testbed.decentralized.problem import Problem, build_graph, build_problem, check_node_data, graph_seed
 from testbed.errors import ScenarioError, UserError
 from testbed.runner import RunContext, Runner
 from testbed.scenario import Scenario
@@ -160,17 +160,20 @@ def _phases(config, plans: dict) -> list[tuple[str, str, PrivacyPlan | None]]:
     return phases
 
 
-# The graphs the check built last, by (topology, root seed), each with its digest (its nodes and
-# edges), and the walk matrix of the last distinct graph, by digest: the variants of a sweep that
-# share them build them once (a grid of 5 seeds over a 2048-node hypercube builds 5 graphs, 0.1 s
-# each, and one 32 MB matrix, not one of each per variant). A plan depends on the graph and the
-# decentralized block only (never the root seed): the plans checked last are kept by (graph digest,
-# block, algorithm), so a seed grid plans each variant once. Read only: the check neither changes a
-# graph nor keeps a problem.
-_CHECKED_GRAPHS: dict[tuple[str, int], tuple[nx.Graph, list[str]]] = {}
-_CHECKED_WALKS: dict[str, np.ndarray] = {}
+# The graphs the check built last, by (topology, root seed; no seed for a graph that depends on none,
+# `graph_seed`), each with its digest (its nodes and edges), and the walk matrix of the last distinct
+# graph, by digest: the variants of a sweep that share them build them once (a grid of 5 seeds over a
+# 2048-node hypercube builds one graph, 0.06 s, and one 32 MB matrix, not one of each per variant).
+# A plan depends on the graph and the decentralized block only (never the root seed): the plans
+# checked last are kept by (graph digest, block, algorithm), so a seed grid plans each variant once.
+# Read only: the check neither changes a graph nor keeps a problem.
+_CHECKED_GRAPHS: dict[tuple[str, int | None], tuple[nx.Graph, list[str]]] = {}
+_CHECKED_WALKS: dict[str, tuple[np.ndarray, str]] = {}  # with the walk's own digest, the accountant's key
 _CHECKED_PLANS: dict[tuple[str, str, str], object] = {}
-_CHECKED_GRAPHS_SIZE, _CHECKED_WALKS_SIZE, _CHECKED_PLANS_SIZE = 10, 1, 16
+# The node data checked last, by (data block, root seed), all it depends on: a sweep's variants that
+# differ elsewhere (the accounting, sigma, the steps) split and partition the labels once.
+_CHECKED_DATA: dict[tuple[str, int], bool] = {}
+_CHECKED_GRAPHS_SIZE, _CHECKED_WALKS_SIZE, _CHECKED_PLANS_SIZE, _CHECKED_DATA_SIZE = 10, 1, 16, 16
 
 
 def _remember(cache: dict, size: int, key, value):
@@ -187,22 +190,24 @@ def _checked_graph(config, seed: int, spec: dict | None = None) -> nx.Graph:
 
 
 def _checked_entry(config, seed: int, spec: dict | None = None) -> tuple[nx.Graph, list[str]]:
-    key = (json.dumps(spec or config.topology.spec, sort_keys=True, default=str), int(seed))
+    key = (json.dumps(spec or config.topology.spec, sort_keys=True, default=str), graph_seed(config, int(seed), spec))
     found = _CHECKED_GRAPHS.get(key)
     return found if found is not None else _remember(_CHECKED_GRAPHS, _CHECKED_GRAPHS_SIZE, key,
                                                      (build_graph(config, seed, spec), []))
 
 
-def _checked_walk(config, seed: int) -> tuple[str, np.ndarray]:
-    """The scenario's graph's digest and its Metropolis-Hastings matrix (`build_problem`'s; it depends
-    on the nodes' order and the edges alone), kept for the next variants on the same graph."""
+def _checked_walk(config, seed: int) -> tuple[str, np.ndarray, str]:
+    """The scenario's graph's digest, its Metropolis-Hastings matrix (`build_problem`'s; it depends
+    on the nodes' order and the edges alone) and the matrix's `driver.walk_digest`, kept for the next
+    variants on the same graph (each digest is 10-20 ms at 2048 nodes: once per graph)."""
     graph, digest = _checked_entry(config, seed)
-    if not digest:  # once per graph: 10-20 ms at 2048 nodes
+    if not digest:
         digest.append(hashlib.sha256(repr((list(graph.nodes), list(graph.edges))).encode()).hexdigest())
     found = _CHECKED_WALKS.get(digest[0])
-    walk = found if found is not None else _remember(_CHECKED_WALKS, _CHECKED_WALKS_SIZE, digest[0],
-                                                     metropolis_hastings(graph))
-    return digest[0], walk
+    if found is None:
+        walk = metropolis_hastings(graph)
+        found = _remember(_CHECKED_WALKS, _CHECKED_WALKS_SIZE, digest[0], (walk, driver.walk_digest(walk)))
+    return digest[0], *found
 
 
 def _check_training(scenario: Scenario, source: str, graph: nx.Graph) -> None:
@@ -223,8 +228,11 @@ def _check_training(scenario: Scenario, source: str, graph: nx.Graph) -> None:
                             f"{MAX_AUDIT_NODES} nodes (this one has {n})")
     scenario.engine.check(n, "nodes", source)
     try:  # the nodes' data on its labels (no data loaded, no torch); the plans need only the graph and walk
-        check_node_data(scenario)
-        graph_key, walk = _checked_walk(config, scenario.seed)
+        data_key = (scenario.data.model_dump_json(), scenario.seed)
+        if data_key not in _CHECKED_DATA:  # refused data raises: never kept
+            check_node_data(scenario)
+            _remember(_CHECKED_DATA, _CHECKED_DATA_SIZE, data_key, True)
+        graph_key, walk, walk_key = _checked_walk(config, scenario.seed)
         problem = Problem(scenario.seed, config, graph, walk, None, None, None, None)
     except ScenarioError as err:
         raise ScenarioError(f"{source}: {err}") from None
@@ -232,7 +240,7 @@ def _check_training(scenario: Scenario, source: str, graph: nx.Graph) -> None:
     for algorithm in config.algorithms:  # the run plans each algorithm's noise and stopping step first
         if (graph_key, block, algorithm) not in _CHECKED_PLANS:  # a refused plan raises: never kept
             _remember(_CHECKED_PLANS, _CHECKED_PLANS_SIZE, (graph_key, block, algorithm),
-                      driver.plan(problem, config.phase(algorithm), source))
+                      driver.plan(problem, config.phase(algorithm), source, digest=walk_key, stored=True))
 
 
 def _comparison_numbers(saved: dict, config) -> dict[str, float]:

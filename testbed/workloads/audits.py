@@ -1,9 +1,12 @@
 """Audits that a workload offers to every kind: a measurement of a run's final model that a scenario
 switches on with a block of its ``report:`` (``report: {kind: robustness, ood: {...}}``).
 
-A workload declares the audits it offers on its class (``audits = {"ood": OodAudit}``, see
-`testbed.workloads.base.Workload`); `find_audit` looks an audit up by name through the workloads
-registry, so no second table lists them and neither the schema nor a kind names a paper. The audit
+A plugin's workload declares the audits it offers on its class (``audits = {"ood": OodAudit}``, see
+`testbed.workloads.base.Workload`), a built-in workload in its torch-free config module (``AUDITS =
+{"ood": "testbed.workloads.oodrobust.audit:OodAudit"}``, which its class takes); `find_audit` looks
+an audit up by name through the workloads registry (`testbed.workloads.registry.audits`), so no
+second table lists them, neither the schema nor a kind names a paper, and finding a built-in audit
+imports its own module, not the workload's model code (torch). The audit
 carries all that is its own: its typed ``Config`` (the loader validates the report block against
 it, `testbed.loading.with_audits`), the kinds and the report kind it serves, a `check` that needs
 no workers, `run` on a final model, and the report ``section`` that renders what `run` recorded.
@@ -63,25 +66,24 @@ class Audit(ABC):
         """Measure ``model`` on ``test_set``: (final metrics, report arrays for `section`)."""
 
 
-def offered_audits() -> dict[str, type[Audit]]:
-    """Every audit a registered workload offers, by name (the first workload to offer a name wins)."""
+def offered_audits() -> list[str]:
+    """The name of every audit a registered workload offers, in the registry's order (imports no audit)."""
     from testbed.workloads import registry
 
-    offered: dict[str, type[Audit]] = {}
-    for workload in registry.workload_names():
-        for name, audit in registry.workload_class(workload).audits.items():
-            offered.setdefault(name, audit)
-    return offered
+    names = (name for workload in registry.workload_names() for name in registry.audit_names(workload))
+    return list(dict.fromkeys(names))
 
 
 def find_audit(name: str) -> type[Audit] | None:
-    """The audit ``name`` as the first registered workload that offers it declares it (the
-    workloads after it are not imported)."""
+    """The audit ``name`` as the first registered workload that offers it declares it (no other
+    workload's audits are imported)."""
     from testbed.workloads import registry
 
     for workload in registry.workload_names():
-        audit = registry.workload_class(workload).audits.get(name)
-        if audit is not None:
+        if name in registry.audit_names(workload):
+            audit = registry.audits(workload)[name]
+            if not (isinstance(audit, type) and issubclass(audit, Audit)):
+                raise TypeError(f"workload '{workload}' offers as audit '{name}' {audit!r}, which is no Audit subclass")
             return audit
     return None
 

@@ -9,6 +9,8 @@ Federated and decentralized runners reuse its model and training functions on cl
 from __future__ import annotations
 
 import copy
+import importlib
+import pkgutil
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -80,7 +82,8 @@ class Workload(ABC):
     # Report sections of this workload; they read the run folder's artifacts.npz (see `artifacts`).
     report_sections: ClassVar[list[ReportSection]] = []
     # Audits of a final model this workload offers to every kind, by the ``report:`` key that switches
-    # each on (see `testbed.workloads.audits`).
+    # each on (see `testbed.workloads.audits`). A built-in workload declares them in its config module
+    # (``AUDITS``) instead, which the registry reads without the model code; its class takes them.
     audits: ClassVar[dict[str, type[Audit]]] = {}
     # Attributes a checkpoint holds (modules, optimizers, data streams, RNGs, tensors, plain values),
     # saved and restored by the default `state_dict` / `load_state_dict`; a workload whose state does
@@ -89,6 +92,28 @@ class Workload(ABC):
     # Whether train and evaluate run on a CUDA device given by `to_device` (models and batches moved
     # there); ``device: cuda`` is refused for a workload that does not declare it (`testbed.device`).
     supports_cuda: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A built-in workload's class (in ``testbed.workloads.<name>.workload``) is what its torch-free
+        config module declares, which the registry reads without importing the class (one declaration):
+        it takes the audits from ``AUDITS``, and it fails at import unless it is a `FederatedWorkload`
+        exactly when ``KINDS`` holds ``federated``."""
+        super().__init_subclass__(**kwargs)
+        name = str(getattr(cls, "name", ""))
+        if cls.__module__ != f"testbed.workloads.{name}.workload":
+            return  # a plugin's class, or a test's: it declares its own
+        # Read as `testbed.workloads.registry` reads them (by module name: the registry imports this
+        # module, so this one cannot import the registry).
+        config = importlib.import_module(f"testbed.workloads.{name}.config")
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        if "audits" in vars(cls):
+            raise TypeError(f"{where}: a built-in workload declares its audits in {config.__name__} (AUDITS), "
+                            "not on its class")
+        cls.audits = {key: pkgutil.resolve_name(reference) for key, reference in getattr(config, "AUDITS", {}).items()}
+        kinds = tuple(getattr(config, "KINDS", ("workload",)))
+        if ("federated" in kinds) != issubclass(cls, FederatedWorkload):
+            raise TypeError(f"{where}: {config.__name__} declares KINDS = {kinds}; a workload runs under kind: "
+                            "federated exactly when its class is a FederatedWorkload")
 
     def __init__(self, config: StrictModel, data: DataConfig, seeds: SeedTree):
         self.config = config

@@ -5,11 +5,15 @@ A built-in workload is a package ``testbed/workloads/<name>/`` (found on disk: `
 and ``check``), ``workload.py`` (the `Workload` subclass whose ``name`` is ``<name>`` and whose
 ``Config`` and ``check`` are those two), ``metrics.py`` where it has metrics of its own, and
 ``report.py`` for its report sections. Its summary is the first paragraph of the package's
-docstring; the kinds it runs under are its class's (every workload runs as a ``workload``
-scenario, a `FederatedWorkload` also under ``federated``). Validating a scenario and listing the
-workloads import only the package and its torch-free ``config`` module; the model code (torch and
-the rest) is imported when a run builds the workload or asks for its kinds. A test checks that
-each package's config module and class agree. Installed packages add workloads through the
+docstring. The config module also declares what the registry must tell without the model code:
+the kinds the workload runs under (``KINDS``, default ``("workload",)``; every workload runs as a
+``workload`` scenario, a `FederatedWorkload` also under ``federated``) and the audits it offers
+(``AUDITS``: ``report:`` key to ``"module:Class"``, the audit's own module, imported only when that
+audit is looked up). Validating a scenario and listing the workloads import only the package and its
+torch-free ``config`` module; the model code (torch and the rest) is imported when a run builds the
+workload. The class takes both from the config module when it is created
+(`testbed.workloads.base.Workload.__init_subclass__`), so a class that disagrees with ``KINDS``
+fails at import. Installed packages add workloads through the
 ``testbed.workloads`` entry-point group (see `testbed.plugins`); their class carries its own
 ``Config``, ``check`` and ``summary``, and passes the same checks as a built-in class
 (`testbed.plugins.admit`).
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
 
     from testbed.config import StrictModel
     from testbed.data.config import DataConfig
+    from testbed.workloads.audits import Audit
     from testbed.workloads.base import Workload
 
 _HERE = Path(__file__).parent
@@ -118,6 +123,24 @@ def kinds(name: str) -> tuple[str, ...]:
     from testbed.workloads.base import FederatedWorkload
 
     return ("workload", "federated") if issubclass(workload_class(name), FederatedWorkload) else ("workload",)
+
+
+def audit_names(name: str) -> tuple[str, ...]:
+    """The ``report:`` keys of the audits workload ``name`` offers (a built-in's: imports no audit)."""
+    return tuple(_declared_audits(name) if name in BUILTIN else _plugins()[name].audits)
+
+
+def audits(name: str) -> dict[str, type[Audit]]:
+    """The audits workload ``name`` offers, by ``report:`` key: a built-in's as its config module
+    declares them (``AUDITS``), each imported from its own module, which imports no model code; a
+    plugin's as its class does (`testbed.workloads.audits.find_audit` checks that each is an `Audit`)."""
+    if name not in BUILTIN:
+        return dict(_plugins()[name].audits)
+    return {key: pkgutil.resolve_name(reference) for key, reference in _declared_audits(name).items()}
+
+
+def _declared_audits(name: str) -> dict[str, str]:
+    return dict(getattr(_module(name, "config"), "AUDITS", {}))
 
 
 def is_federated(name: str) -> bool:

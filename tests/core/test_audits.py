@@ -1,7 +1,8 @@
-"""The audit hook: an audit a workload declares (`Workload.audits`) is what the scenario's report block,
-a kind's run and the report get, found through the workloads registry (`testbed.workloads.audits`).
+"""The audit hook: an audit a workload declares (`Workload.audits`, a built-in's ``AUDITS``) is what the
+scenario's report block, a kind's run and the report get, found through the workloads registry
+(`testbed.workloads.audits`).
 
-A probe audit stands in for OODRobustBench's on the ``oodrobust`` workload's class: every test fails
+A probe audit stands in for OODRobustBench's in the ``oodrobust`` workload's declaration: every test fails
 if the schema, the loader, the run or the report used a config, kinds or section of their own.
 """
 
@@ -25,7 +26,7 @@ from testbed.run import RunFolder
 from testbed.scenario import ReportConfig, Scenario
 from testbed.seeding import SeedTree
 from testbed.workloads.audits import Audit, AuditSections, run_audits
-from testbed.workloads.oodrobust.workload import OODRobustWorkload
+from testbed.workloads.oodrobust import config as oodrobust_config
 from tests.core.test_bad_input_corpus import Case, assert_refused_cleanly
 
 WORKLOAD = {"name": "t", "kind": "workload", "data": {"dataset": "digits"}, "workload": {"name": "classifier"}}
@@ -66,9 +67,12 @@ class ProbeAudit(Audit):
         return {"probe_norm": norm * config.threshold}, {"probe_labels": np.asarray(test_set)}
 
 
+PROBE = f"{__name__}:ProbeAudit"  # as a built-in workload's config module names an audit
+
+
 @pytest.fixture
 def probe(monkeypatch):
-    monkeypatch.setattr(OODRobustWorkload, "audits", {"ood": ProbeAudit})
+    monkeypatch.setattr(oodrobust_config, "AUDITS", {"ood": PROBE})
     ProbeAudit.seen = []
     return ProbeAudit
 
@@ -91,7 +95,7 @@ def test_an_audit_serves_only_the_kinds_and_report_it_declares(probe):
 
 
 def test_a_workload_offers_an_audit_under_a_new_name_with_no_field_in_the_schema(monkeypatch):
-    monkeypatch.setattr(OODRobustWorkload, "audits", {"leakage": ProbeAudit})
+    monkeypatch.setattr(oodrobust_config, "AUDITS", {"leakage": PROBE})
     assert "leakage" not in ReportConfig.model_fields
     scenario = validate_raw({**WORKLOAD, "report": {"leakage": {"threshold": 3}}}, "s.yaml")
     assert scenario.report.audit_blocks() == {"leakage": ProbeConfig(threshold=3)}
@@ -109,7 +113,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_an_audit_no_workload_offers_is_refused_in_one_line(cli, tmp_path, monkeypatch, case):
-    monkeypatch.setattr(OODRobustWorkload, "audits", {})
+    monkeypatch.setattr(oodrobust_config, "AUDITS", {})
     assert_refused_cleanly(cli, tmp_path, monkeypatch, case)
 
 

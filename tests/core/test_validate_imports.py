@@ -28,9 +28,6 @@ if TYPE_CHECKING:  # as the built-in attacks do: at run time the names do not ex
 HEAVY = ("torch", "flwr", "ray", "deepspeed")
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = sorted(path.relative_to(ROOT) for path in (ROOT / "scenarios").rglob("*.yaml"))
-# The report's membership audit is declared on the classifier workload's class (torch): offering it
-# to the loader imports the workload's model code. Not yet light: see docs/performance.md.
-STILL_HEAVY = {Path("scenarios/federated/dp-audit.yaml")}
 
 # Runs the CLI in this process, then prints the heavy modules it loaded as the last line of stdout.
 CHILD = f"""
@@ -70,8 +67,9 @@ for path in sys.argv[1:]:
 
 @pytest.mark.integration
 def test_validating_a_bundled_scenario_imports_no_torch_flower_ray_or_deepspeed():
-    """Every bundled scenario but the known heavy one, one interpreter for all (a child each cost ~1 s)."""
-    light = [str(path) for path in BUNDLED if path not in STILL_HEAVY]
+    """Every bundled scenario (dp-audit's membership audit too), one interpreter for all (a child each cost ~1 s)."""
+    light = [str(path) for path in BUNDLED]
+    assert "scenarios/federated/dp-audit.yaml" in light
     done = subprocess.run([sys.executable, "-c", CHILD_EACH, *light], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"path"')]
@@ -79,15 +77,6 @@ def test_validating_a_bundled_scenario_imports_no_torch_flower_ray_or_deepspeed(
     assert [r["path"] for r in results if r["code"] != 0] == [], done.stderr[-3000:]
     first = next((r for r in results if r["heavy"]), None)
     assert first is None, f"{first['path']} imported {len(first['heavy'])} heavy modules, e.g. {first['heavy'][:5]}"
-
-
-@pytest.mark.integration
-@pytest.mark.xfail(strict=True, reason="the membership audit's declaration imports the classifier's model code")
-@pytest.mark.parametrize("scenario", sorted(STILL_HEAVY), ids=str)
-def test_a_scenario_known_to_import_torch_on_validate_still_does(scenario: Path):
-    code, err, heavy = _validate_in_child(scenario)
-    assert code == 0, err[-3000:]
-    assert heavy == [], f"{scenario} imported {len(heavy)} heavy modules, e.g. {heavy[:5]}"
 
 
 F = "federated"

@@ -14,8 +14,11 @@ if TYPE_CHECKING:
     from testbed.data.config import DataConfig
 
 # The kinds the workload runs under, declared here so that validating a federated scenario
-# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+# imports no model code (its class must be a `FederatedWorkload`: checked as it is created).
 KINDS = ("workload", "federated")
+
+# The classifier's membership audit, which BiSAM's model (a classifier) offers too (`testbed.workloads.registry`).
+AUDITS = {"membership": "testbed.workloads.classifier.membership:MembershipAudit"}
 
 # Which phi the lower bound of the 0-1 loss uses (`testbed.workloads.bisam.surrogate`).
 SurrogateName = Literal["neg_log", "tanh"]

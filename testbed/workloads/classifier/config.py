@@ -15,8 +15,12 @@ if TYPE_CHECKING:
 
 
 # The kinds the workload runs under, declared here so that validating a federated scenario
-# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+# imports no model code (its class must be a `FederatedWorkload`: checked as it is created).
 KINDS = ("workload", "federated")
+
+# The audits the workload offers, by ``report:`` key: the audit's module, imported only when a
+# report switches it on (it needs no torch to validate), never the model code.
+AUDITS = {"membership": "testbed.workloads.classifier.membership:MembershipAudit"}
 
 # Bundled image sets too small for simple_cnn's two 5x5 convolutions and poolings.
 SMALL_IMAGE_DATASETS = frozenset({"digits"})

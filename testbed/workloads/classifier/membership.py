@@ -54,7 +54,6 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 from pydantic import Field
 
 from testbed.config import StrictModel
@@ -63,7 +62,9 @@ from testbed.seeding import stream
 from testbed.workloads.audits import Audit
 from testbed.workloads.classifier.membership_report import MembershipSection
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a model is scored or trained: validating a scenario needs none
+    import torch
+
     from testbed.data.config import DataConfig
     from testbed.scenario import Scenario
     from testbed.seeding import SeedTree
@@ -163,6 +164,8 @@ def roc(member_scores: np.ndarray, non_member_scores: np.ndarray) -> tuple[np.nd
 
 
 def _logits(model: torch.nn.Module, data: Dataset, batch_size: int = 512) -> torch.Tensor:
+    import torch
+
     model.eval()
     x = torch.from_numpy(data.x)
     with torch.no_grad():
@@ -171,12 +174,16 @@ def _logits(model: torch.nn.Module, data: Dataset, batch_size: int = 512) -> tor
 
 def loss_scores(model: torch.nn.Module, data: Dataset) -> np.ndarray:
     """Minus each example's cross-entropy under ``model`` (Yeom et al.'s score)."""
+    import torch
+
     return -torch.nn.functional.cross_entropy(_logits(model, data), torch.from_numpy(data.y),
                                               reduction="none").numpy()
 
 
 def logit_confidence(model: torch.nn.Module, data: Dataset) -> np.ndarray:
     """phi = log(p / (1 - p)) of each example's true class: its logit minus the log-sum-exp of the others."""
+    import torch
+
     logits = _logits(model, data)
     labels = torch.from_numpy(data.y)[:, None]
     others = logits.scatter(1, labels, float("-inf"))
@@ -225,6 +232,8 @@ def train_shadows(scenario: Scenario, pool: Dataset, count: int, epochs: int,
                   rng: np.random.Generator) -> list[torch.nn.Module]:
     """``count`` models of the scenario's workload, each trained by the workload's client training on a
     random half of ``pool`` for ``epochs`` epochs."""
+    import torch
+
     from testbed.workloads.base import FederatedWorkload
     from testbed.workloads.registry import workload_class
 
@@ -286,10 +295,10 @@ class MembershipAudit(Audit):
     def check(cls, config: MembershipConfig, data: DataConfig, *, scenario: Scenario | None = None) -> None:
         """Refuse a workload that does not offer this audit: the attacks score a classifier's class
         probabilities, and the shadows are trained the workload's way."""
-        from testbed.workloads.registry import workload_class
+        from testbed.workloads.registry import audits
 
         name = scenario.workload.name if scenario is not None and scenario.workload is not None else None
-        if name is not None and cls not in workload_class(name).audits.values():
+        if name is not None and cls not in audits(name).values():
             raise ValueError(f"membership inference scores a classifier's class probabilities; workload "
                              f"'{name}' is no classifier that offers it")
 

@@ -20,7 +20,6 @@ from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.classifier.config import ClassifierConfig, check
-from testbed.workloads.classifier.membership import MembershipAudit
 from testbed.workloads.classifier.model import (
     BatchStream,
     build_classifier,
@@ -43,7 +42,6 @@ class ClassifierWorkload(FederatedWorkload):
     checkpointed: ClassVar[tuple[str, ...]] = ("model", "optimizer", "stream", "steps_done")
     headline_metric = ("test_accuracy", "max")
     report_sections = [ConfusionSection()]
-    audits = {"membership": MembershipAudit}
     supports_cuda = True  # `model` functions move batches to the model's device
 
     def __init__(self, config: ClassifierConfig, data: DataConfig, seeds: SeedTree):

@@ -1,9 +1,9 @@
 """`OodAudit`: OODRobustBench's evaluation of a run's final model, the audit the ``oodrobust`` workload
 offers to other kinds (``report: {kind: robustness, ood: {...}}`` of a federated run).
 
-`testbed.workloads.audits` finds it on `OODRobustWorkload.audits`; the run's numbers join its final
-metrics (prefixed ``ood_``) and the per-shift accuracies its artifacts, which `OodAuditSection`
-renders in the robustness report.
+`testbed.workloads.audits` finds it where oodrobust's config module names it (``AUDITS``); the run's
+numbers join its final metrics (prefixed ``ood_``) and the per-shift accuracies its artifacts, which
+`OodAuditSection` renders in the robustness report.
 """
 
 from __future__ import annotations

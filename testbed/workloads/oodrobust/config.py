@@ -17,6 +17,10 @@ Corruption = Literal["gaussian_noise", "shot_noise", "impulse_noise", "gaussian_
                      "brightness", "translate", "elastic"]
 Threat = Literal["linf_large", "l2", "rotation", "patch"]
 
+# The audit the workload offers other kinds' runs (its benchmark of one model), by ``report:`` key:
+# read by the registry without importing the audit (`testbed.workloads.registry`).
+AUDITS = {"ood": "testbed.workloads.oodrobust.audit:OodAudit"}
+
 
 # Named factories: mypy infers a lambda's list as list[str].
 def _all_corruptions() -> list[Corruption]:

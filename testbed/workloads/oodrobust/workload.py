@@ -21,7 +21,6 @@ from testbed.data import load_selected, train_test_split
 from testbed.data.config import DataConfig
 from testbed.seeding import SeedTree
 from testbed.workloads.base import Workload
-from testbed.workloads.oodrobust.audit import OodAudit
 from testbed.workloads.oodrobust.config import OODRobustConfig, check
 from testbed.workloads.oodrobust.population import Member, build_member_model, population_specs
 from testbed.workloads.oodrobust.population_eval import evaluate_population
@@ -37,7 +36,6 @@ class OODRobustWorkload(Workload):
     check = staticmethod(check)
     headline_metric = ("test_fit_d_r2", "max")
     report_sections = [OodScatterSection(), ShiftTableSection()]
-    audits = {OodAudit.name: OodAudit}  # its benchmark of one model, offered to other kinds' runs
 
     def __init__(self, config: OODRobustConfig, data: DataConfig, seeds: SeedTree):
         super().__init__(config, data, seeds)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 # The kinds the workload runs under, declared here so that validating a federated scenario
-# imports no model code (its `FederatedWorkload` class agrees: tests/core/test_validate_imports.py).
+# imports no model code (its class must be a `FederatedWorkload`: checked as it is created).
 KINDS = ("workload", "federated")
 
 
