@@ -188,7 +188,8 @@ def _watched_sweep(*args: object) -> tuple[subprocess.CompletedProcess, dict[int
     while child.poll() is None:
         try:
             for process in root.children(recursive=True):
-                seen.setdefault(process.pid, (process.ppid(), " ".join(process.cmdline())))
+                # The latest command line: one caught between fork and exec shows its parent's first.
+                seen[process.pid] = process.ppid(), " ".join(process.cmdline()) or seen.get(process.pid, (0, ""))[1]
         except psutil.Error:
             pass
         time.sleep(0.05)
