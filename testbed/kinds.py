@@ -30,11 +30,11 @@ WARM_MODULES: tuple[str, ...] = (
     "testbed.execute", "testbed.determinism", "testbed.data.datasets", "torch._dynamo",
     "sklearn.datasets", "sklearn.metrics", "matplotlib.backends.backend_agg",
 )
-KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation"),
-                                                  "pretrain": ("testbed.pretrain.rank_modules",)}
-# The kinds whose runs launch a training rank on their own machine (`Engine.launch`): each of their
-# variants gets a zygote, from which its rank is forked with the modules above already imported.
-RANK_KINDS = frozenset({"pretrain"})
+KIND_WARM_MODULES: dict[str, tuple[str, ...]] = {"federated": ("ray", "flwr.simulation")}
+# The kinds whose runs launch a training rank on their own machine (`Engine.launch`), and what the
+# rank imports: each of their variants gets a zygote, from which its rank is forked with these
+# modules imported by the warm server (`testbed.engines.warm.zygote`).
+KIND_RANK_MODULES: dict[str, tuple[str, ...]] = {"pretrain": ("testbed.pretrain.rank_modules",)}
 
 # The sections each report kind adds to the generic ones (summary, metric curves, scenario), and
 # where a scenario kind orders them its own way for a report kind (a federated DP run's privacy page).
@@ -55,7 +55,13 @@ def runner(kind: str) -> Runner:
 
 def warm_modules(kind: str) -> tuple[str, ...]:
     """The modules a warm server imports for variants of scenario kind ``kind``."""
-    return (*WARM_MODULES, RUNNERS[kind].partition(":")[0], *KIND_WARM_MODULES.get(kind, ()))
+    return (*WARM_MODULES, RUNNERS[kind].partition(":")[0], *KIND_WARM_MODULES.get(kind, ()),
+            *KIND_RANK_MODULES.get(kind, ()))
+
+
+def launches_ranks(kind: str) -> bool:
+    """Whether a run of scenario kind ``kind`` launches a training rank on its machine."""
+    return kind in KIND_RANK_MODULES
 
 
 def report_layout(report_kind: str, scenario_kind: str | None = None) -> ReportLayout | None:

@@ -189,7 +189,7 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
         failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
     warm = kinds.warm_modules(scenario.kind) if scenario.sweep.processes == "warm" else None
-    zygote = scenario.kind in kinds.RANK_KINDS
+    zygote = kinds.launches_ranks(scenario.kind)
     tasks = [(str(variants_dir / slug), scenario.engine, warm, reports, zygote) for slug in variants]
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))

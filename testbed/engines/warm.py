@@ -207,7 +207,8 @@ class Zygote(WarmServer):
         return self._reap(os.WNOHANG) is None
 
     def close(self) -> None:
-        raise NotImplementedError("a zygote stops at its process's exit")
+        """Stop the zygote (ranks still running get SIGINT) and reap it; this process's exit does too."""
+        forking.close_zygote(self.control, self._pid)
 
     def _reap(self, options: int) -> int | None:
         """Its exit code once it has exited (read once), None while it runs."""

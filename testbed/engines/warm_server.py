@@ -164,7 +164,7 @@ def _prepare(request: dict[str, Any], original_sigint: Any) -> None:
 def _fork_zygote(original_sigint: Any) -> None:
     """Fork this child's zygote: a server for its later launches, forked now, while this process is
     as clean as the server it came from. The zygote stops at its control socket's end of file (this
-    process closes it at exit, `testbed.engines.warm`) or, by its parent-death signal, with it."""
+    process closes it at exit, `close_zygote`) or, by its parent-death signal, with it."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent = os.getpid()
     pid = os.fork()
@@ -184,10 +184,10 @@ def _fork_zygote(original_sigint: Any) -> None:
     # child's launches look for the zygote there (`testbed.engines.warm.zygote`).
     named: Any = importlib.import_module("testbed.engines.warm_server")
     named.zygote = ours, pid
-    atexit.register(_close_zygote, ours, pid)
+    atexit.register(close_zygote, ours, pid)
 
 
-def _close_zygote(control: socket.socket, pid: int) -> None:
+def close_zygote(control: socket.socket, pid: int) -> None:
     """At this process's exit: end its zygote's control socket and reap the zygote (ranks it still
     runs get SIGINT), SIGKILL after `ZYGOTE_STOP_S`."""
     control.close()
