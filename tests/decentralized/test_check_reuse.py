@@ -184,3 +184,19 @@ def _hypercube_edges(folder) -> Any:
     path = folder / "cube.txt"
     path.write_text("".join(f"{u} {u ^ (1 << k)}\n" for u in range(8) for k in range(3) if u < u ^ (1 << k)))
     return path
+
+
+def test_an_edit_of_the_accountants_code_is_a_new_key(monkeypatch, cache_dir):
+    """The entry is keyed by the source it was computed with: after an edit the check computes again."""
+    from testbed.decentralized import accountant_cache
+
+    built = _problem("network")
+    settings = built.config.phase("random_walk")
+    driver.unit_rho(built, settings)
+    computed = _counted(monkeypatch, driver, "_unit_rho")
+    monkeypatch.setattr(driver, "_UNIT_RHO_CACHE", {})
+    monkeypatch.setattr(accountant_cache, "_code", lambda: "an edited testbed/decentralized")
+
+    driver.unit_rho(built, settings, stored=True)
+
+    assert len(computed) == 1 and len(list(cache_dir.glob("*.npz"))) == 2

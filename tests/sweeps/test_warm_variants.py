@@ -25,7 +25,7 @@ from testbed.engines.warm import (
     servers_kept,
     warm_server,
 )
-from testbed.kinds import RUNNERS, warm_modules
+from testbed.kinds import RUNNERS, launches_ranks, warm_modules
 from tests.conftest import TINY_SCENARIO
 
 MARKER = """
@@ -168,6 +168,24 @@ def test_every_kind_warm_modules_import_without_starting_a_thread():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1"]
+
+
+@pytest.mark.integration
+def test_the_rank_modules_import_a_ranks_code_and_deepspeed_on_a_cpu_build_without_a_thread():
+    """What a pretrain variant's zygote holds for its rank (`testbed.pretrain.rank_modules`)."""
+    assert launches_ranks("pretrain") and "testbed.pretrain.rank_modules" in warm_modules("pretrain")
+    assert not launches_ranks("federated")
+    code = ("import os, sys, threading, torch\n"
+            "env = {k: v for k, v in os.environ.items() if k != 'DS_ACCELERATOR'}\n"
+            "os.environ.clear(); os.environ.update(env)\n"
+            "import testbed.pretrain.rank_modules\n"
+            "print(threading.active_count(), 'testbed.pretrain.ds_worker' in sys.modules, 'deepspeed' in sys.modules,"
+            " torch.version.cuda is None, os.environ.get('DS_ACCELERATOR'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads, worker, deepspeed, cpu_build, accelerator = done.stdout.split()
+    assert threads == "1" and worker == "True"
+    assert deepspeed == cpu_build and accelerator == ("cpu" if cpu_build == "True" else "None")
 
 
 SWEEP = {
