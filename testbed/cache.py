@@ -1,8 +1,8 @@
 """Where the testbed keeps what it can rebuild, and how it keeps arrays there.
 
 One base folder: ``$TESTBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/testbed``, else ``~/.cache/testbed``,
-with one sub-folder per cache (prepared corpora, dataset labels, generated datasets, the
-decentralized check's privacy accountants) and one
+with one sub-folder per cache (prepared corpora, dataset labels, stratified splits' indices,
+generated datasets, the decentralized check's privacy accountants) and one
 environment switch per cache (``off``, ``0``, ``false`` or ``no`` turns it off for one command or a
 shell: the result of a run is the same either way, so the switch is the environment's, not the
 scenario's). The tests keep their own base folder (tests/conftest.py).

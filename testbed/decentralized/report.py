@@ -35,7 +35,7 @@ from testbed.decentralized.audit_results import (
 from testbed.decentralized.comparison import crossover
 from testbed.decentralized.config import ALGORITHMS, BASELINE
 from testbed.privacy.one_run import canaries_needed, power_peak
-from testbed.report.plots import figure_image, plot_heatmap, plt
+from testbed.report.plots import figure_image, plot_heatmap, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
 
@@ -55,7 +55,7 @@ def _epsilon_label(data: RunData) -> str:
 
 
 def _figure(path: Path, draw, title: str, xlabel: str, ylabel: str, log_y: bool = False) -> str:
-    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=110)
     draw(ax)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if log_y:

@@ -15,7 +15,7 @@ from testbed.federated.answer import AnswerSection
 from testbed.federated.baselines_report import BaselinesSection
 from testbed.federated.clients_record import CLIENTS_FILE, dropped, read_rounds
 from testbed.federated.privacy_report import PrivacySection
-from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
+from testbed.report.plots import figure_image, numeric_series, plot_curve, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ReportLayout, ReportSection, image, table
 from testbed.report.series import is_constant
@@ -42,7 +42,7 @@ def plot_label_histograms(path: Path, histograms: np.ndarray, byzantine: set[int
     """Examples per class of each client (rows), Byzantine clients' rows labelled red with a star;
     saved as ``path``, its <img>."""
     clients = len(histograms)
-    fig, ax = plt.subplots(figsize=(5.6, 0.9 + 0.3 * min(max(clients, 6), 40)), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.6, 0.9 + 0.3 * min(max(clients, 6), 40)), dpi=110)
     shown = ax.imshow(histograms, cmap="viridis", aspect="auto")
     fig.colorbar(shown, ax=ax, fraction=0.05, label="examples")
     if clients <= 40:  # beyond that the labels overlap; the list above names the attackers
@@ -176,7 +176,7 @@ def plot_client_weights(path: Path, ids: list[int], numbers: list[int], matrices
                         flagged: np.ndarray, byzantine: set[int]) -> str:
     """Client x round heatmaps of the weights, Byzantine clients' labels red with a star, flagged
     cells boxed in red; saved as ``path``, its <img>."""
-    fig, axes = plt.subplots(1, len(matrices), figsize=(5.6 * len(matrices), 0.8 + 0.36 * max(len(ids), 6)),
+    fig, axes = pyplot().subplots(1, len(matrices), figsize=(5.6 * len(matrices), 0.8 + 0.36 * max(len(ids), 6)),
                              dpi=110, squeeze=False)
     annotate = len(ids) <= 16 and len(numbers) <= 16
     for ax, (key, matrix) in zip(axes[0], matrices.items()):
@@ -203,7 +203,7 @@ def plot_client_weights(path: Path, ids: list[int], numbers: list[int], matrices
 
 def plot_auroc(path: Path, xs: list[float], ys: list[float], scored_by: str) -> str:
     """The attacker AUROC per round on [0, 1], with chance marked; saved as ``path``, its <img>."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.5, 3.4), dpi=110)
     ax.plot(xs, ys, marker="o", markersize=3, label="attacker AUROC")
     ax.axhline(0.5, color="gray", ls="--", lw=0.8, label="chance")
     ax.set(title=f"Byzantine vs honest by {scored_by}", xlabel="round", ylabel="AUROC", ylim=(-0.03, 1.03))

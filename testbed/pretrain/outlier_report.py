@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plot_curve, plt
+from testbed.report.plots import figure_image, plot_curve, pyplot
 from testbed.report.sections import ArraySection, ReportSection, image, table
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class LayerCurvesSection(ReportSection):
             return NOT_MEASURED
         steps = [r["step"] for r in records]
         layers = sorted(records[-1]["sink"], key=layer_index)
-        fig, axes = plt.subplots(2, 3, figsize=(13, 6.4), dpi=100)
+        fig, axes = pyplot().subplots(2, 3, figsize=(13, 6.4), dpi=100)
         for ax, (title, source, role, stat) in zip(axes.flat, LAYER_CURVES):
             for layer in layers:
                 key = f"{layer}.{role}" if role else layer
@@ -123,7 +123,7 @@ class ActivationHistogramSection(ArraySection):
         edges, counts, peaks = arrays["outlier_histogram_edges"], arrays["outlier_histograms"], arrays["outlier_peaks"]
         layers = sorted({n.split(".")[0] for n in names if n.startswith("layer")}, key=layer_index)
         layers += ["final_norm"] if "final_norm" in names else []  # a post-norm model has none
-        fig, axes = plt.subplots(1, len(layers), figsize=(3.6 * len(layers), 3.2), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(1, len(layers), figsize=(3.6 * len(layers), 3.2), dpi=100, squeeze=False)
         centers = np.sqrt(edges[:-1] * edges[1:])
         for ax, layer in zip(axes[0], layers):
             for name, row, peak in zip(names, counts, peaks):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from testbed.pretrain.outlier_report import OUTLIER_SECTIONS
-from testbed.report.plots import figure_image, plot_curve, plt
+from testbed.report.plots import figure_image, plot_curve, pyplot
 from testbed.report.sections import ArraySection, ReportLayout, ReportSection, image, table
 
 if TYPE_CHECKING:
@@ -55,14 +55,14 @@ class LengthHistogramsSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         context = int(arrays["context_length"])
-        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.4), dpi=110)
         lengths = arrays["document_lengths"]
         ax.hist(np.minimum(lengths, 4 * context), bins=60, color="#4c72b0")
         ax.axvline(context, color="#c44e52", linestyle="--", label=f"context length {context}")
         ax.set(title="Document lengths (clipped at 4x context)", xlabel="tokens", ylabel="documents")
         ax.legend(fontsize=8)
         lengths_image = figure_image(fig, out_dir / "document-lengths.png", "document lengths")
-        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.4), dpi=110)
         for method in (str(m) for m in arrays["packing_methods"]):
             ax.hist(arrays[f"sequence_tokens_{method}"], bins=40, histtype="step", linewidth=1.4, label=method)
         ax.set(title="Document tokens per packed sequence", xlabel="tokens", ylabel="sequences (log scale)")

@@ -1,18 +1,32 @@
-"""Matplotlib figures for reports, rendered headless (Agg) to PNG files."""
+"""Matplotlib figures for reports, rendered headless (Agg) to PNG files.
+
+matplotlib is imported on the first figure, not with this module: a workload's module imports its
+report sections (and so this module) wherever the workload runs, and a process that draws nothing
+(a Flower client actor, a sweep variant without its report) would pay pyplot's 0.6 s import for
+nothing. The report modules that draw their own figures call `pyplot()` likewise.
+"""
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
+
+@cache
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on the headless Agg backend (imported once, on first use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def x_axis(records: list[dict[str, Any]]) -> str:
@@ -43,7 +57,7 @@ def figure_image(fig, path: Path, alt: str | None = None) -> str:
     """Lay out, save and close ``fig`` as ``path``; return the report's <img> for it."""
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return image(path.name, alt or path.stem)
 
 
@@ -58,7 +72,7 @@ def plot_curve(path: Path, title: str, xlabel: str,
     """One line plot with a legend (two lines or more); returns the PNG's path. ``distinct``: a
     colour of its own for every line, past the ten of matplotlib's default cycle. ``chance``: a
     dashed grey line at a classifier's chance accuracy (1 / classes), labelled."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.5, 3.4), dpi=110)
     colours = distinct_colours(len(lines)) if distinct else [None] * len(lines)
     for (label, (xs, ys)), colour in zip(lines.items(), colours):
         ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=label, color=colour)
@@ -67,18 +81,20 @@ def plot_curve(path: Path, title: str, xlabel: str,
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel or title)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(pyplot().MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if len(lines) > 1 or chance is not None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
 def distinct_colours(count: int) -> list:
     """``count`` colours told apart: tab10's, tab20's up to 20, then evenly spaced along turbo."""
+    import matplotlib
+
     if count <= 10:
         return [matplotlib.colormaps["tab10"](i) for i in range(count)]
     if count <= 20:
@@ -97,6 +113,8 @@ def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", 
     cells of a matrix of at most 12 x 12 (larger ones would not be legible), black on light
     colours and white on dark ones. ``value_label`` labels the colour bar (what and its unit).
     """
+    import matplotlib
+
     matrix = np.asarray(matrix, dtype=np.float64)
     finite = matrix[np.isfinite(matrix)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -109,7 +127,7 @@ def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", 
     else:
         norm = matplotlib.colors.Normalize(low, high)
     cmap = matplotlib.colormaps["viridis"]
-    fig, ax = plt.subplots(figsize=(5.0, 4.2), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.0, 4.2), dpi=110)
     shown = ax.imshow(matrix, cmap=cmap, norm=norm)
     fig.colorbar(shown, ax=ax, label=value_label)
     if annotate and max(matrix.shape) <= 12:
@@ -124,10 +142,10 @@ def plot_heatmap(path: Path, matrix, ylabel: str, xlabel: str, title: str = "", 
         title = f"{title}\n({note})" if title else note
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     for axis in (ax.xaxis, ax.yaxis):  # rows and columns are indices: no ticks between cells
-        axis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_major_locator(pyplot().MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 

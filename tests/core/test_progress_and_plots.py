@@ -39,7 +39,7 @@ def test_heatmap_and_table_render(tmp_path):
 def drawn(monkeypatch):
     """The figures the plot functions close, kept open for inspection."""
     figures = []
-    monkeypatch.setattr(plots.plt, "close", figures.append)
+    monkeypatch.setattr(plots.pyplot(), "close", figures.append)
     return figures
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection
 
@@ -25,7 +25,7 @@ class ReturnCurveSection(ReportSection):
         if not evals:
             return MISSING
         workload = data.config.get("workload", {})
-        fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(6, 3.6), dpi=100)
         ax.plot([r["step"] for r in evals], [r["test_return"] for r in evals], marker="o", markersize=3,
                 label="test return (mean action)")
         if "episode_returns" in data.artifacts and len(data.artifacts["episode_returns"]):
@@ -48,7 +48,7 @@ class ImaginedPathsSection(ArraySection):
     requires = ("imagined_paths", "offline_paths")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100, sharex=True, sharey=True)
+        fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.8), dpi=100, sharex=True, sharey=True)
         for ax, key, title in ((axes[0], "offline_paths", "offline (scripted policy)"),
                                (axes[1], "imagined_paths", "imagined from fixed starts")):
             for path in arrays[key]:
@@ -68,12 +68,11 @@ class DynamicsSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         errors, changes = arrays["step_errors"], arrays["step_changes"]
-        fig, ax = plt.subplots(figsize=(6, 3.4), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(6, 3.4), dpi=100)
         top = max(np.percentile(changes, 99), np.percentile(errors, 99), 1e-6)
         bins = np.linspace(0, top, 40)
-        # matplotlib's stub types bins as a sequence, not an array
-        ax.hist(changes, bins=bins, alpha=0.5, label="|f(s, a) - s| (real step)")  # type: ignore[arg-type]
-        ax.hist(errors, bins=bins, alpha=0.6, label="|s' - f(s, a)| (dynamics error)")  # type: ignore[arg-type]
+        ax.hist(changes, bins=bins, alpha=0.5, label="|f(s, a) - s| (real step)")
+        ax.hist(errors, bins=bins, alpha=0.6, label="|s' - f(s, a)| (dynamics error)")
         ax.set(xlabel="scaled state distance", ylabel="transitions")
         ax.legend(fontsize=8)
         ratio = errors.mean() / max(changes.mean(), 1e-12)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ReportSection, table
 
@@ -24,7 +24,7 @@ def accountant_epsilon(data: RunData) -> float | None:
 
 def plot_roc(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], alt: str) -> str:
     """Each attack's ROC on log-log axes from FPR 1e-3, with the diagonal (a guess), saved as ``path``; its <img>."""
-    fig, ax = plt.subplots(figsize=(5.4, 4.6), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(5.4, 4.6), dpi=110)
     line = np.array([LOWEST_FPR, 1.0])
     ax.plot(line, line, "k--", lw=0.8, label="chance (TPR = FPR)")
     for name, (fpr, tpr) in curves.items():

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
 
@@ -34,7 +34,7 @@ class QualitySection(ArraySection):
         workload = _workload(data)
         digits = workload.get("dataset") == "digits"
         label = "FID-like distance (digit features)" if digits else "MMD^2 to held-out data"
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=100)
         ax.plot(arrays["steps"], arrays["distance"], marker="o", label=workload.get("variant", "dddm"))
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
@@ -55,11 +55,11 @@ class SamplesSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         steps, samples = arrays["steps"], arrays["samples"]
         if _workload(data).get("dataset") == "digits":
-            fig, ax = plt.subplots(figsize=(10, 0.9 * (len(steps) + 1)), dpi=100)
+            fig, ax = pyplot().subplots(figsize=(10, 0.9 * (len(steps) + 1)), dpi=100)
             _digit_rows(ax, np.concatenate([arrays["data"][None], samples])[:, :16])
             ax.set_yticks(4 + 8 * np.arange(len(steps) + 1), ["data"] + [f"{s} steps" for s in steps])
             return figure_image(fig, out_dir / "dddm-samples.png")
-        fig, axes = plt.subplots(1, len(steps) + 1, figsize=(2.6 * (len(steps) + 1), 2.8), dpi=100)
+        fig, axes = pyplot().subplots(1, len(steps) + 1, figsize=(2.6 * (len(steps) + 1), 2.8), dpi=100)
         for ax, title, points in zip(axes, ["data"] + [f"{s} steps" for s in steps], [arrays["data"], *samples]):
             ax.scatter(points[:, 0], points[:, 1], s=1, alpha=0.4)
             ax.set(title=title, xlim=(-3, 3), ylim=(-3, 3), xticks=[], yticks=[], aspect="equal")
@@ -76,10 +76,10 @@ class BufferSection(ArraySection):
         if "estimates" not in arrays:
             return "<p>The baseline keeps no estimate buffer.</p>"
         if _workload(data).get("dataset") == "digits":
-            fig, ax = plt.subplots(figsize=(10, 1.2), dpi=100)
+            fig, ax = pyplot().subplots(figsize=(10, 1.2), dpi=100)
             _digit_rows(ax, arrays["estimates"][None, :16])
             return figure_image(fig, out_dir / "dddm-buffer.png")
-        fig, ax = plt.subplots(figsize=(4, 4), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(4, 4), dpi=100)
         ax.scatter(arrays["estimates"][:, 0], arrays["estimates"][:, 1], s=1, alpha=0.5)
         ax.set(xlim=(-3, 3), ylim=(-3, 3), aspect="equal", title="buffer estimates")
         return figure_image(fig, out_dir / "dddm-buffer.png")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
 from testbed.workloads.dfm import sequences as seqs
@@ -21,7 +21,7 @@ class ValiditySection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "dfm")
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=100)
         for eta, row in zip(arrays["sweep_etas"], arrays["sweep_validity"]):
             label = "D3PM (T = steps, trained at T = sample_steps)" if variant == "d3pm" else f"DFM, eta = {eta:g}"
             ax.plot(arrays["sweep_steps"], row, marker="o", label=label)
@@ -42,7 +42,7 @@ class EtaInvarianceSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         eta = data.config.get("workload", {}).get("invariance_eta", "large")
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+        fig, axes = pyplot().subplots(1, 2, figsize=(10, 3.6), dpi=100)
         reference = arrays["data_table"][1] / arrays["data_table"].sum()
         for ax, prefix in zip(axes, ("learned", "exact")):
             for name, label in (("eta0", "eta = 0"), ("eta_large", f"eta = {eta}")):
@@ -79,7 +79,7 @@ class ChainsSection(ArraySection):
     requires = ("chains", "refolded", "rmsd_codesign")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        fig, axes = plt.subplots(2, 6, figsize=(12, 4.4), dpi=100)
+        fig, axes = pyplot().subplots(2, 6, figsize=(12, 4.4), dpi=100)
         shown = zip(axes.ravel(), arrays["chains"], arrays["refolded"], arrays["rmsd_codesign"])
         for ax, chain, refolded, rmsd in shown:
             ax.plot(chain[:, 0], chain[:, 1], "o-", ms=3, label="generated")
@@ -96,11 +96,10 @@ class ConsistencySection(ArraySection):
     requires = ("rmsd_codesign", "rmsd_random", "rmsd_threshold")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=100)
         bins = np.linspace(0, max(arrays["rmsd_random"].max(), 1.0), 40)
-        # matplotlib's stub types bins as a sequence, not an array
-        ax.hist(arrays["rmsd_codesign"], bins=bins, alpha=0.7, label="co-designed pairs")  # type: ignore[arg-type]
-        ax.hist(arrays["rmsd_random"], bins=bins, alpha=0.7, label="random pairing")  # type: ignore[arg-type]
+        ax.hist(arrays["rmsd_codesign"], bins=bins, alpha=0.7, label="co-designed pairs")
+        ax.hist(arrays["rmsd_random"], bins=bins, alpha=0.7, label="random pairing")
         ax.axvline(float(arrays["rmsd_threshold"]), color="k", ls="--", label="threshold")
         ax.set(xlabel="RMSD after superposition (bond lengths)", ylabel="pairs")
         ax.legend(fontsize=8)

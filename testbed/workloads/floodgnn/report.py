@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import plot_curve, plt
+from testbed.report.plots import plot_curve, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, image, table
 
@@ -61,7 +61,7 @@ class DepthMapSection(ArraySection):
     requires = ("truth_map", "predicted_map", "rainincr_map", "elevation", "edges", "combo", "variant")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        fig, axes = plt.subplots(1, 4, figsize=(16, 4.2), dpi=90)
+        fig, axes = pyplot().subplots(1, 4, figsize=(16, 4.2), dpi=90)
         elevation, side = arrays["elevation"], arrays["elevation"].shape[0]
         axes[0].imshow(elevation, cmap="terrain")
         sources, targets = arrays["edges"][:, 0], arrays["edges"][:, 1]
@@ -77,5 +77,5 @@ class DepthMapSection(ArraySection):
         fig.colorbar(shown, ax=axes.tolist(), label="log(1 + h / 1 cm) / 10", shrink=0.8)
         path = out_dir / "floodgnn-depth-maps.png"
         fig.savefig(path)
-        plt.close(fig)
+        pyplot().close(fig)
         return image(path.name, "depth maps")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_curve
 
-from testbed.report.plots import figure_image, numeric_series, plot_curve, plt
+from testbed.report.plots import figure_image, numeric_series, plot_curve, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, image, table
 
@@ -27,7 +27,7 @@ class RocSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         variant = data.config.get("workload", {}).get("variant", "gpgvae")
-        fig, axes = plt.subplots(1, 2, figsize=(9, 4), dpi=100)
+        fig, axes = pyplot().subplots(1, 2, figsize=(9, 4), dpi=100)
         for ax, (label, mask) in zip(axes, (("complements", arrays["beta"] > 0), ("substitutes", arrays["beta"] < 0))):
             truth = _pairs(arrays["adjacency"][mask])
             scores = {f"VAE posterior ({variant} prior)": arrays["probabilities"][mask],
@@ -71,7 +71,7 @@ class GraphSection(ArraySection):
         first = int(np.flatnonzero(arrays["beta"] < 0)[0])
         panels = {"true adjacency": arrays["adjacency"][first], "prior": arrays["prior"][first],
                   "posterior q(A|X)": arrays["probabilities"][first]}
-        fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), dpi=100)
+        fig, axes = pyplot().subplots(1, 3, figsize=(10, 3.4), dpi=100)
         for ax, (title, matrix) in zip(axes, panels.items()):
             matrix = matrix.astype(float)
             np.fill_diagonal(matrix, np.nan)  # no self-loops: the diagonal is not a variable
@@ -79,7 +79,7 @@ class GraphSection(ArraySection):
             ax.set(title=title, xticks=[], yticks=[])
         fig.colorbar(shown, ax=axes, shrink=0.8)
         fig.savefig(out_dir / "gpgvae-graph.png")
-        plt.close(fig)
+        pyplot().close(fig)
         return image("gpgvae-graph.png", "substitute graph")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plot_curve, plt
+from testbed.report.plots import figure_image, plot_curve, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, image, table
 
@@ -45,7 +45,7 @@ class GridSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         equations = [str(q) for q in arrays["equations"]]
         fine, fixed = arrays["fine_points"], int(arrays["num_fixed"])
-        fig, axes = plt.subplots(1, len(equations), figsize=(5.2 * len(equations), 4.8), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(1, len(equations), figsize=(5.2 * len(equations), 4.8), dpi=100, squeeze=False)
         for ax, equation in zip(axes[0], equations):
             shade = ax.tricontourf(fine[:, 0], fine[:, 1], np.log(arrays["fine_permeability"]), levels=20,
                                    cmap="Greys", alpha=0.6)
@@ -61,7 +61,7 @@ class GridSection(ArraySection):
         fig.colorbar(shade, ax=axes[0].tolist(), label="log permeability", shrink=0.8)
         path = out_dir / "gridcoarsen-grids.png"
         fig.savefig(path)
-        plt.close(fig)
+        pyplot().close(fig)
         return image(path.name, "fine and coarse grids")
 
 
@@ -75,7 +75,7 @@ class CurvesSection(ArraySection):
         equations = [str(q) for q in arrays["equations"]]
         labels = ["fine", *(str(k) for k in arrays["kinds"])]
         sensors = arrays[f"curves_{equations[0]}"].shape[2]
-        fig, axes = plt.subplots(len(equations), sensors, figsize=(3.6 * sensors, 2.8 * len(equations)), dpi=100,
+        fig, axes = pyplot().subplots(len(equations), sensors, figsize=(3.6 * sensors, 2.8 * len(equations)), dpi=100,
                                  squeeze=False)
         for row, equation in zip(axes, equations):
             curves, times = arrays[f"curves_{equation}"], arrays[f"times_{equation}"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
 from testbed.workloads.musicflow.data import describe
@@ -30,7 +30,7 @@ class StepsSection(ArraySection):
         variant = data.config.get("workload", {}).get("variant", "musicflow")
         stages = 1 if variant == "single" else 2
         evaluations = arrays["fd_steps"] * stages
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=100)
         ax.plot(evaluations, arrays["fd"], marker="o", label=variant)
         ax.set_xscale("log", base=2)
         ax.set(xlabel="network evaluations (steps x stages)", ylabel="Frechet distance (classifier features)")
@@ -49,7 +49,7 @@ class SpectrogramSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         count = len(arrays["labels"])
-        fig, axes = plt.subplots(3, count, figsize=(2.6 * count, 6.2), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(3, count, figsize=(2.6 * count, 6.2), dpi=100, squeeze=False)
         start, stop = np.flatnonzero(arrays["infill_mask"])[[0, -1]]
         for j in range(count):
             text = describe(int(arrays["labels"][j]))
@@ -71,7 +71,7 @@ class FollowSection(ArraySection):
         if "follow_target" not in arrays:
             return "<p>The single-stage model has no semantic conditioning.</p>"
         count = len(arrays["follow_target"])
-        fig, axes = plt.subplots(1, count, figsize=(2.6 * count, 2.6), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(1, count, figsize=(2.6 * count, 2.6), dpi=100, squeeze=False)
         for ax, target, produced in zip(axes[0], arrays["follow_target"], arrays["follow_generated"]):
             ax.step(np.arange(len(target)), target, where="mid", label="conditioning", lw=2, alpha=0.6)
             ax.plot(np.arange(len(produced)), produced, "k.", label="generated")

@@ -4,19 +4,22 @@ the out-of-distribution part of a federated run's robustness audit."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 GROUP_COLOURS = {"standard": "tab:gray", "augmented": "tab:green", "adversarial": "tab:blue",
                  "adversarial + augmented": "tab:purple"}
 
 
-def _scatter_panel(ax: plt.Axes, id_robust: np.ndarray, ood: np.ndarray, groups: np.ndarray, fit: np.ndarray,
+def _scatter_panel(ax: Axes, id_robust: np.ndarray, ood: np.ndarray, groups: np.ndarray, fit: np.ndarray,
                    ylabel: str) -> None:
     for group in sorted(set(groups.tolist())):
         members = groups == group
@@ -33,7 +36,7 @@ def _scatter_panel(ax: plt.Axes, id_robust: np.ndarray, ood: np.ndarray, groups:
 def plot_scatter(path: Path, arrays: dict[str, np.ndarray], alt: str) -> str:
     """OOD_d and OOD_t robustness against ID robustness, one point per model, with the linear trends,
     saved as ``path``; its <img>."""
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.4), dpi=110)
+    fig, axes = pyplot().subplots(1, 2, figsize=(10.5, 4.4), dpi=110)
     _scatter_panel(axes[0], arrays["id_robust"], arrays["ood_d_robust"], arrays["groups"], arrays["fit_d"],
                    "OOD_d robust accuracy (dataset shifts)")
     _scatter_panel(axes[1], arrays["id_robust"], arrays["ood_t_robust"], arrays["groups"], arrays["fit_t"],
@@ -79,7 +82,7 @@ class ShiftTableSection(ArraySection):
 
 def plot_shift_bars(path: Path, names: list[str], clean: list[float], robust: list[float], alt: str) -> str:
     """Clean and robust accuracy of one model per shift, as grouped bars, saved as ``path``; its <img>."""
-    fig, ax = plt.subplots(figsize=(10.0, 3.6), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(10.0, 3.6), dpi=110)
     positions = np.arange(len(names))
     ax.bar(positions - 0.2, clean, 0.4, label="clean", color="tab:gray")
     ax.bar(positions + 0.2, robust, 0.4, label="robust", color="tab:blue")

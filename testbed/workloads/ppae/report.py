@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection
 from testbed.workloads.ppae.data import EVENTS
@@ -40,7 +40,7 @@ class EditSection(ArraySection):
         elif workload.get("mask") == "oracle":
             variant += " (oracle mask)"
         count = len(arrays["source"])
-        fig, axes = plt.subplots(2, count, figsize=(2.8 * count, 5.4), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(2, count, figsize=(2.8 * count, 5.4), dpi=100, squeeze=False)
         for j in range(count):
             for row, (key, title) in enumerate((("source", _caption(arrays["source_caption"][j])),
                                                 ("edited", f"{variant}: {_caption(arrays['target_caption'][j])}"))):
@@ -62,7 +62,7 @@ class AttentionSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         count = len(arrays["attention"])
-        fig, axes = plt.subplots(1, count, figsize=(2.8 * count, 2.6), dpi=100, squeeze=False)
+        fig, axes = pyplot().subplots(1, count, figsize=(2.8 * count, 2.6), dpi=100, squeeze=False)
         for j, ax in enumerate(axes[0]):
             frames = np.arange(len(arrays["attention"][j]))
             ax.fill_between(frames, 0, arrays["truth"][j], step="mid", color="lime", alpha=0.3, label="true event")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection
 from testbed.workloads.robodreamer.world import COLOURS, DIRECTIONS
@@ -35,7 +35,7 @@ class SuccessGridSection(ArraySection):
         grid = np.full((size, size), np.nan)
         first, second = moves[:, 0] * len(DIRECTIONS) + moves[:, 1], moves[:, 2] * len(DIRECTIONS) + moves[:, 3]
         grid[first, second] = success
-        fig, ax = plt.subplots(figsize=(7.5, 6.4), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(7.5, 6.4), dpi=100)
         shown = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis")
         fig.colorbar(shown, ax=ax, label="success rate")
         for row, col, hidden in zip(first, second, unseen):
@@ -60,7 +60,7 @@ class VideosSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         first, generated, truth = arrays["example_first"], arrays["example_generated"], arrays["example_truth"]
         count, frames = generated.shape[:2]
-        fig, axes = plt.subplots(2 * count, frames + 1, figsize=(1.3 * (frames + 1), 1.35 * 2 * count),
+        fig, axes = pyplot().subplots(2 * count, frames + 1, figsize=(1.3 * (frames + 1), 1.35 * 2 * count),
                                  dpi=100, squeeze=False)
         for k, (c1, d1, c2, d2) in enumerate(arrays["example_moves"]):
             for row, video in ((2 * k, generated[k]), (2 * k + 1, truth[k])):

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
 
@@ -22,7 +22,7 @@ class FramesSection(ArraySection):
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         targets, predictions, frames_in = arrays["targets"], arrays["predictions"], int(arrays["frames_in"])
         count, length = targets.shape[:2]
-        fig, axes = plt.subplots(2 * count, length, figsize=(length * 0.9, 2 * count * 0.95), dpi=100)
+        fig, axes = pyplot().subplots(2 * count, length, figsize=(length * 0.9, 2 * count * 0.95), dpi=100)
         for row in range(count):
             for t in range(length):
                 truth, guess = axes[2 * row, t], axes[2 * row + 1, t]
@@ -49,7 +49,7 @@ class HorizonSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         mse = arrays["horizon_mse"]
-        fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.4), dpi=100)
         ax.plot(np.arange(1, len(mse) + 1), mse, marker="o")
         ax.set_xticks(np.arange(1, len(mse) + 1))
         ax.set(xlabel="frames ahead", ylabel="MSE per pixel", title="closed-loop error by horizon")
@@ -68,7 +68,7 @@ class RecallSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         targets, outputs = arrays["recall_targets"], arrays["recall_outputs"]
-        fig, axes = plt.subplots(2, len(targets), figsize=(1.4 * len(targets), 3), dpi=100)
+        fig, axes = pyplot().subplots(2, len(targets), figsize=(1.4 * len(targets), 3), dpi=100)
         for i in range(len(targets)):
             axes[0, i].imshow(targets[i], cmap="gray", vmin=0, vmax=1)
             axes[1, i].imshow(np.clip(outputs[i], 0, 1), cmap="gray", vmin=0, vmax=1)

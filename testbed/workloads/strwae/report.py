@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection, table
 from testbed.workloads.strwae.data import LIGHTS
@@ -29,7 +29,7 @@ def plot_mosaic(path: Path, images: np.ndarray, title: str, row_labels: list[str
                 alt: str) -> str:
     """A grid of grey 8x8 images, ``images`` shaped (rows, columns, 8, 8), saved as ``path``; its <img>."""
     rows, cols = images.shape[:2]
-    fig, axes = plt.subplots(rows, cols, figsize=(0.8 * cols + 1.2, 0.8 * rows + 0.6), dpi=100, squeeze=False)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(0.8 * cols + 1.2, 0.8 * rows + 0.6), dpi=100, squeeze=False)
     for (r, c), ax in np.ndenumerate(axes):
         ax.imshow(images[r, c], cmap="gray", vmin=0, vmax=1)
         ax.set_xticks([]), ax.set_yticks([])
@@ -44,7 +44,7 @@ def plot_mosaic(path: Path, images: np.ndarray, title: str, row_labels: list[str
 def plot_embedding(path: Path, points: np.ndarray, colours: np.ndarray, title: str, names: list[str],
                    alt: str) -> str:
     """2-D projection of the representation, one colour per category, saved as ``path``; its <img>."""
-    fig, ax = plt.subplots(figsize=(4.6, 3.8), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(4.6, 3.8), dpi=110)
     for index, name in enumerate(names):
         chosen = colours == index
         ax.scatter(points[chosen, 0], points[chosen, 1], s=5, alpha=0.6, label=name)

@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from testbed.report.plots import figure_image, plt
+from testbed.report.plots import figure_image, pyplot
 from testbed.report.render import RunData
 from testbed.report.sections import ArraySection, ReportSection
 
 
 def scatter_panels(path: Path, panels: dict[str, np.ndarray], limits: np.ndarray, alt: str) -> str:
     """Side-by-side scatter plots of 2-D point clouds on common axes, saved as ``path``; its <img>."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.0 * len(panels), 3.8), dpi=100)
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(4.0 * len(panels), 3.8), dpi=100)
     for ax, (title, points) in zip(np.atleast_1d(axes), panels.items()):
         ax.scatter(points[:, 0], points[:, 1], s=2, alpha=0.5)
         ax.set(title=title, xlim=limits[0], ylim=limits[1])
@@ -45,7 +45,7 @@ class PathsSection(ArraySection):
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
         paths = arrays["ode_paths"]
-        fig, ax = plt.subplots(figsize=(5.5, 4.5), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 4.5), dpi=100)
         ax.plot(paths[:, :, 0], paths[:, :, 1], lw=0.6, alpha=0.7)
         ax.scatter(paths[0, :, 0], paths[0, :, 1], s=8, c="k", label="prior draw")
         ax.scatter(paths[-1, :, 0], paths[-1, :, 1], s=8, c="r", label="sample")
@@ -60,7 +60,7 @@ class CovarianceSection(ArraySection):
     requires = ("cov_times", "cov_closed", "cov_simulated")
 
     def body(self, arrays: dict[str, Any], data: RunData, out_dir: Path) -> str:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=100)
+        fig, ax = pyplot().subplots(figsize=(5.5, 3.6), dpi=100)
         for (i, j), name in {(0, 0): "xx", (0, 1): "xy", (1, 1): "yy"}.items():
             line, = ax.plot(arrays["cov_times"], arrays["cov_closed"][:, i, j], label=f"closed form {name}")
             ax.plot(arrays["cov_times"], arrays["cov_simulated"][:, i, j], "o", ms=3, color=line.get_color(),
