@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 import pytest
 
@@ -74,6 +75,6 @@ def test_heatmap_spanning_orders_of_magnitude_is_log_scaled_and_large_ones_unann
     plot_heatmap(tmp_path / "z.png", np.array([[0.0, 1.0], [10.0, 1000.0]]), "row", "col")
     plot_heatmap(tmp_path / "b.png", np.arange(169.0).reshape(13, 13), "row", "col")
 
-    assert isinstance(drawn[0].axes[0].images[0].norm, plots.matplotlib.colors.LogNorm)
-    assert not isinstance(drawn[1].axes[0].images[0].norm, plots.matplotlib.colors.LogNorm)  # a zero: linear
+    assert isinstance(drawn[0].axes[0].images[0].norm, matplotlib.colors.LogNorm)
+    assert not isinstance(drawn[1].axes[0].images[0].norm, matplotlib.colors.LogNorm)  # a zero: linear
     assert len(drawn[2].axes[0].texts) == 0

@@ -120,7 +120,7 @@ def test_a_flat_epsilon_by_distance_is_said_not_drawn(tmp_path):
 
 def test_training_is_one_chart_per_measure_in_data_passes(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(report.plt, "close", figures.append)
+    monkeypatch.setattr(report.pyplot(), "close", figures.append)
     metrics = [{"algorithm": "random_walk", "step": s, "random_walk.test_loss": 0.7 - s / 1000}
                for s in (0, 80, 160)]
     metrics += [{"algorithm": name, "step": s, f"{name}.test_loss": 0.7 - s / 100}

@@ -59,7 +59,7 @@ def test_constant_pairwise_matrices_are_one_line_and_near_constant_ones_say_thei
 
 def test_the_runs_distance_curve_starts_at_zero_with_the_target_and_folds_equal_curves(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(report.plt, "close", figures.append)
+    monkeypatch.setattr(report.pyplot(), "close", figures.append)
     curve = {"distance": np.array([1, 2, 3]), "distance_mean": np.array([8.0, 7.0, 6.0]),
              "distance_min": np.array([8.0, 7.0, 6.0]), "distance_max": np.array([8.0, 7.0, 6.0])}
     flat = {**curve, "distance_mean": np.full(3, 8.0), "distance_min": np.full(3, 8.0), "distance_max": np.full(3, 8.0)}
@@ -78,7 +78,7 @@ def test_the_runs_distance_curve_starts_at_zero_with_the_target_and_folds_equal_
 
 def test_utility_plots_draw_the_noise_free_arms_as_reference_lines(tmp_path, monkeypatch):
     figures = []
-    monkeypatch.setattr(report.plt, "close", figures.append)
+    monkeypatch.setattr(report.pyplot(), "close", figures.append)
     metrics = [{"step": s, "gossip.epsilon": e, "gossip.test_accuracy": a, "gossip.test_loss": loss}
                for s, e, a, loss in ((0, 0.0, 0.5, 0.69), (5, 4.0, 0.8, 0.5))]
     final = {"nonprivate.gossip.test_accuracy": 0.95, "nonprivate.gossip.test_loss": 0.2}
