@@ -34,7 +34,7 @@ WORKLOAD = {
     "training": {"steps": 5000, "eval_every": 50, "checkpoint_every": 100},
 }
 FEDERATED = {
-    "name": "sig-federated", "kind": "federated", "seed": 5, "engine": {"type": "local", "num_cpus": 2},
+    "name": "sig-federated", "kind": "federated", "seed": 5, "engine": {"type": "local", "num_cpus": 1},
     "data": {"dataset": "digits", "num_clients": 4, "partition": {"type": "dirichlet", "beta": 0.5}},
     "workload": {"name": "classifier", "arch": "mlp", "hidden": 16},
     "federated": {"rounds": 100, "local_epochs": 1, "strategy": {"name": "fedavg"}},

@@ -43,7 +43,7 @@ AUDITED: dict[str, Any] = {
     "name": "fed-audit-tiny",
     "kind": "federated",
     "seed": 0,
-    "engine": {"type": "local", "num_cpus": 2},
+    "engine": {"type": "local", "num_cpus": 1},
     "data": {"dataset": "digits", "num_clients": 4, "partition": {"type": "iid"}},
     "workload": {"name": "classifier", "arch": "mlp", "hidden": 256},
     "federated": {"rounds": 10, "local_epochs": 1, "strategy": {"name": "fedavg"}, "sampling": {"fraction": 0.5},

@@ -187,7 +187,7 @@ def test_a_bad_membership_block_is_refused_in_one_line(cli, tmp_path, monkeypatc
 @pytest.mark.integration
 def test_a_federated_run_records_the_membership_metrics_and_renders_the_section(tmp_path):
     scenario = {"name": "membership-tiny", "kind": "federated", "seed": 2,
-                "engine": {"type": "local", "num_cpus": 2},
+                "engine": {"type": "local", "num_cpus": 1},
                 "data": {"dataset": "digits", "num_clients": 2},
                 "workload": {"name": "classifier", "arch": "mlp", "hidden": 16},
                 "federated": {"rounds": 2, "local_epochs": 1, "strategy": {"name": "fedavg"}},

@@ -235,7 +235,7 @@ def test_other_datasets_and_ood_outside_federated_robustness_reports_are_refused
 @pytest.mark.integration
 def test_federated_run_reports_ood_robustness_of_its_final_global_model(tmp_path):
     federated = {
-        "name": "fed-ood", "kind": "federated", "seed": 1, "engine": {"type": "local", "num_cpus": 2},
+        "name": "fed-ood", "kind": "federated", "seed": 1, "engine": {"type": "local", "num_cpus": 1},
         "data": {"dataset": "digits", "num_clients": 2},
         "workload": {"name": "classifier", "arch": "mlp", "hidden": 32},
         "federated": {"rounds": 1, "local_epochs": 2, "strategy": {"name": "fedavg"}},

@@ -201,7 +201,7 @@ def test_bad_config_values_are_refused_with_the_field_named(workload, data, fiel
 
 FEDERATED = {
     "name": "stc-fed-tiny", "kind": "federated", "seed": 3,
-    "engine": {"type": "local", "num_cpus": 2},
+    "engine": {"type": "local", "num_cpus": 1},
     # 10% of the sequences for training, split by digit: each client sees different digits
     "data": {"dataset": "moving_digits", "test_fraction": 0.9, "num_clients": 2,
              "partition": {"type": "shards", "classes_per_client": 5}},

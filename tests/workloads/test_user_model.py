@@ -93,7 +93,7 @@ def test_a_federated_run_with_the_users_model_on_a_table_with_natural_partitions
     (tmp_path / "fed_nets" / "nets.py").write_text(NETS)
     table = write_table(tmp_path / "patients.parquet", rows=200, owners=4)
     scenario = {
-        "name": "fed-mine", "kind": "federated", "seed": 4, "engine": {"type": "local", "num_cpus": 2},
+        "name": "fed-mine", "kind": "federated", "seed": 4, "engine": {"type": "local", "num_cpus": 1},
         "data": {"dataset": "table", "path": str(table), "label": "outcome", "categorical": ["color"],
                  "group": "site", "num_clients": 4, "partition": {"type": "natural"}},
         "workload": {"name": "classifier", "model": "fed_nets.nets:TwoLayer",
