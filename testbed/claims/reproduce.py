@@ -42,9 +42,7 @@ from testbed.provenance import source_commit
 # What --size test changes in every scenario of a kind, before the scenario's own claims.test_size.
 KIND_TEST_SIZE: dict[str, dict[str, Any]] = {
     "workload": {"training.steps": 4, "training.eval_every": 2, "training.checkpoint_every": 2},
-    # One CPU, so one Flower client actor per variant: an actor's start-up (about 4.5 CPU s of imports)
-    # is most of a test-size variant's cost, and the numbers do not depend on the pool's size.
-    "federated": {"federated.rounds": 2, "engine.num_cpus": 1},
+    "federated": {"federated.rounds": 2},
     "decentralized": {"decentralized.steps": 4, "decentralized.eval_every": 2, "decentralized.checkpoint_every": 2},
     "pretrain": {"pretrain.steps": 4, "pretrain.eval_every": 2, "pretrain.checkpoint_every": 2,
                  "pretrain.warmup_steps": 1, "pretrain.eval_documents": 4,
