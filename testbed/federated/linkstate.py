@@ -17,7 +17,16 @@ errors are Flower's own; only the lookups change, so every reply and every numbe
 (tests/federated/test_federation_scale.py checks that the indexed state delivers exactly what
 Flower's delivers).
 
-`indexed_simulation()` installs both while a run's `run_simulation` starts. Why patch instead of
+Flower also makes every node's client context before the first round (`vce_api.
+_register_node_info_stores`: a `DeprecatedRunInfoStore`, its fused run config and a `Context`, about
+1.4 KB a node, kept for the whole run), and keeps the context each reply brings back.
+`TransientNodeStores` makes a node's store when its first message comes, exactly as Flower would
+have made it, and drops it again when the client's reply leaves the context as it was made (no
+state written, the node's config untouched): the next message makes the same context afresh. A
+client that keeps state (an attacker's mark, SDEA's initial network) keeps its store, as in
+Flower. Memory for contexts is then the clients in flight plus the stateful ones, not every node.
+
+`indexed_simulation()` installs the three while a run's `run_simulation` starts. Why patch instead of
 writing a simulation engine: everything else of Flower's engine (the Ray backend and its actor
 pool, contexts, the ServerApp's grid) stays in use unchanged, and the two functions are small and
 pinned (flwr>=1.42,<1.43 in pyproject.toml; `check_flower_internals` fails loudly if a Flower
@@ -34,7 +43,9 @@ from contextlib import contextmanager
 from queue import Queue
 from typing import Any
 
-from flwr.app import Message
+from flwr.app import Context, Message
+from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
+from flwr.compat.client.run_info_store import DeprecatedRunInfoStore
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
 from flwr.server.superlink.linkstate import linkstate_factory
@@ -108,15 +119,66 @@ def add_pending_messages_to_queue(state: Any, queue: Queue[Message], nodes_mappi
         f_stop.wait(SWEEP_INTERVAL_S)
 
 
+class TransientNodeStores(dict[int, DeprecatedRunInfoStore]):
+    """Flower's node id -> `DeprecatedRunInfoStore` mapping of a simulation, each store made on first
+    use (as `_register_node_info_stores` makes it) and dropped when a reply leaves its context as made."""
+
+    def __init__(self, nodes_mapping: dict[int, int], run: Any, app_dir: str | None) -> None:
+        super().__init__()
+        self._partitions = nodes_mapping
+        self._num_partitions = len(set(nodes_mapping.values()))
+        self._run, self._app_dir = run, app_dir
+        self._lock = threading.Lock()
+
+    def __missing__(self, node_id: int) -> DeprecatedRunInfoStore:
+        with self._lock:
+            if node_id in self:  # another worker thread made it meanwhile
+                return dict.__getitem__(self, node_id)
+            store = _TransientStore(self, node_id, {PARTITION_ID_KEY: self._partitions[node_id],
+                                                    NUM_PARTITIONS_KEY: self._num_partitions})
+            store.register_context(run_id=self._run.run_id, run=self._run, app_dir=self._app_dir)
+            self[node_id] = store
+            return store
+
+    def release(self, node_id: int) -> None:
+        with self._lock:
+            self.pop(node_id, None)
+
+
+class _TransientStore(DeprecatedRunInfoStore):
+    """A node's store that asks its mapping to drop it when a reply leaves the context as it was made."""
+
+    def __init__(self, owner: TransientNodeStores, node_id: int, node_config: dict[str, Any]) -> None:
+        super().__init__(node_id=node_id, node_config=node_config)
+        self._owner = owner
+
+    def update_context(self, run_id: int, context: Context) -> None:
+        super().update_context(run_id, context)  # Flower's own check of the run config, then the update
+        if len(context.state) == 0 and context.node_config == self.node_config:
+            self._owner.release(self.node_id)
+
+
+def transient_node_info_stores(nodes_mapping: dict[int, int], run: Any,
+                               app_dir: str | None = None) -> dict[int, DeprecatedRunInfoStore]:
+    """`vce_api._register_node_info_stores` with the stores made on demand (`TransientNodeStores`)."""
+    return TransientNodeStores(nodes_mapping, run, app_dir)
+
+
 _FLOWER_EXTRACTOR = vce_api.add_messages_to_queue
+_FLOWER_NODE_STORES = vce_api._register_node_info_stores
 _INSTALL_LOCK = threading.Lock()
 
 
 def check_flower_internals() -> None:
-    """Fail loudly if this Flower no longer has the two functions this module replaces, as they were."""
+    """Fail loudly if this Flower no longer has the functions this module replaces, as they were."""
     expected = ["state", "queue", "nodes_mapping", "f_stop"]
     if list(inspect.signature(_FLOWER_EXTRACTOR).parameters) != expected:
         raise RuntimeError("flwr's vce_api.add_messages_to_queue changed; testbed.federated.linkstate needs updating")
+    source = inspect.getsource(_FLOWER_NODE_STORES)
+    if list(inspect.signature(_FLOWER_NODE_STORES).parameters) != ["nodes_mapping", "run", "app_dir"] or \
+            "register_context(" not in source or "PARTITION_ID_KEY" not in source:
+        raise RuntimeError("flwr's vce_api._register_node_info_stores changed; "
+                           "testbed.federated.linkstate needs updating")
     if linkstate_factory.InMemoryLinkState is not InMemoryLinkState and \
             linkstate_factory.InMemoryLinkState is not NodeIndexedLinkState:
         raise RuntimeError("flwr's LinkStateFactory no longer builds InMemoryLinkState")
@@ -128,17 +190,20 @@ def check_flower_internals() -> None:
 
 @contextmanager
 def indexed_simulation() -> Iterator[None]:
-    """Flower's simulation engine with the node-indexed state and extractor, for the block's duration."""
+    """Flower's simulation engine with the node-indexed state and extractor and the transient node
+    stores, for the block's duration."""
     check_flower_internals()
     with _INSTALL_LOCK:
         linkstate_factory.InMemoryLinkState = NodeIndexedLinkState  # type: ignore[misc]  # swapped back below
         vce_api.add_messages_to_queue = add_pending_messages_to_queue
+        vce_api._register_node_info_stores = transient_node_info_stores
     try:
         yield
     finally:
         with _INSTALL_LOCK:
             linkstate_factory.InMemoryLinkState = InMemoryLinkState  # type: ignore[misc]
             vce_api.add_messages_to_queue = _FLOWER_EXTRACTOR
+            vce_api._register_node_info_stores = _FLOWER_NODE_STORES
 
 
 def _terminate_actors_only(self: RayBackend) -> None:

@@ -206,3 +206,35 @@ def test_every_built_in_strategy_states_its_aggregation_cost():
         assert aggregation_cost(name).startswith("O("), name
     assert "n^2" in aggregation_cost("krum") and "n^2" in aggregation_cost("bulyan")
     assert aggregation_cost("no-such-rule") == "unknown strategy"
+
+
+def test_a_transient_node_store_is_flowers_store_made_on_demand_and_dropped_while_pristine():
+    from flwr.app import ConfigRecord
+    from flwr.server.superlink.fleet.vce import vce_api
+    from flwr.supercore.run import Run
+
+    from testbed.federated.linkstate import TransientNodeStores
+
+    run = Run.create_empty(run_id=7)
+    mapping = {1101: 0, 1102: 1, 1103: 2}
+    flowers = vce_api._register_node_info_stores(mapping, run)  # Flower's own, every node up front
+    stores = TransientNodeStores(mapping, run, None)
+    assert len(stores) == 0  # nothing made before a message comes
+
+    for node_id in mapping:
+        made, expected = stores[node_id].retrieve_context(7), flowers[node_id].retrieve_context(7)
+        assert (made.run_id, made.node_id, made.node_config, made.run_config, len(made.state)) == \
+            (expected.run_id, expected.node_id, expected.node_config, expected.run_config, 0)
+    assert set(stores) == set(mapping)
+
+    # A reply that leaves the context as made drops the store; one that keeps state keeps it.
+    pristine = stores[1101].retrieve_context(7)
+    stores[1101].update_context(7, pristine)
+    stateful = stores[1102].retrieve_context(7)
+    stateful.state["byzantine"] = ConfigRecord({"name": "sign_flip"})
+    stores[1102].update_context(7, stateful)
+    assert set(stores) == {1102, 1103}
+    assert stores[1102].retrieve_context(7).state["byzantine"]["name"] == "sign_flip"
+    assert len(stores[1101].retrieve_context(7).state) == 0  # made afresh, as before
+    with pytest.raises(KeyError):
+        stores[999]  # a node the simulation never registered, as in Flower's mapping
