@@ -174,5 +174,6 @@ def mark_verified(records: Mapping[str, Mapping[str, Any]], rerun: Mapping[str, 
 
 
 def _setting(raw: Mapping[str, Any]) -> str:
-    """A variant's scenario without its seed: what its runs at every seed share."""
-    return fingerprint_digest({key: value for key, value in raw.items() if key != "seed"})
+    """A variant's scenario without its seed and its name (a sweep names each variant after its slug,
+    seed included): what its runs at every seed share."""
+    return fingerprint_digest({key: value for key, value in raw.items() if key not in ("seed", "name")})

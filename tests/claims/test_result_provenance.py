@@ -149,7 +149,11 @@ def test_a_rerun_within_the_tolerance_holds_and_one_that_moves_a_verdict_or_a_ro
 
 def test_a_verified_file_names_the_commit_and_moves_to_the_fingerprint_it_was_checked_against(tmp_path):
     claims, (variants, records) = _claims(), _sweep(0.05)
+    # Named as a sweep names its variants, after the slug (the seed with it): the seeds the sample
+    # did not re-run still share their setting's fingerprint.
+    variants = {slug: {**variant, "name": f"x-{slug}"} for slug, variant in variants.items()}
     sample = check.draw_sample(records, variants, claims.arms, 4, "x.yaml")
+    assert len(sample) < len(records)
     new = {"modules": {"testbed.x": "b" * 40}, "packages": {}, "blas": []}
     rerun = {slug: {**records[slug], "fingerprint": new} for slug in sample}
 
