@@ -28,8 +28,8 @@ Flower. Memory for contexts is then the clients in flight plus the stateful ones
 
 `indexed_simulation()` installs the three while a run's `run_simulation` starts. Why patch instead of
 writing a simulation engine: everything else of Flower's engine (the Ray backend and its actor
-pool, contexts, the ServerApp's grid) stays in use unchanged, and the two functions are small and
-pinned (flwr>=1.42,<1.43 in pyproject.toml; `check_flower_internals` fails loudly if a Flower
+pool, the contexts themselves, the ServerApp's grid) stays in use unchanged, and the replaced
+functions are small and pinned (flwr>=1.42,<1.43 in pyproject.toml; `check_flower_internals` fails loudly if a Flower
 release moves them).
 """
 
