@@ -118,8 +118,10 @@ INTEGRATION_FIXTURES = frozenset({
 })
 
 # Child processes a unit test may start, each a query of milliseconds: the repository's commit for a
-# run's provenance, and the physical core count joblib (scikit-learn) reads once per process.
-ALLOWED_COMMANDS = frozenset({"git", "lscpu"})
+# run's provenance, the physical core count joblib (scikit-learn) reads once per process, and the font
+# list matplotlib reads once per machine to build its font cache (on a fresh machine the first test to
+# draw a plot does it; refused, no cache is written and every unit test that plots after it fails).
+ALLOWED_COMMANDS = frozenset({"git", "lscpu", "fc-list"})
 
 
 class TierViolation(AssertionError):

@@ -102,11 +102,14 @@ def test_the_audit_finds_noise_drawn_but_not_added_and_passes_the_correct_mechan
     assert "Violation: the mechanism leaks more than accounted" in broken_page
 
 
-# Local DP (LocalDpMod) at z = 5 over 10 rounds: the accountant composes every round at q = 1 (2.81 at
-# delta 1e-5), below the power of the 1000 sample canaries.
+# Local DP (LocalDpMod) at z = 3 over 3 rounds: the accountant composes every round at q = 1 (2.54 at
+# delta 1e-5), below the power of 300 sample canaries (3.34). Each canary's release in each round
+# goes through Flower's mod (900 releases: 1000 canaries over 10 rounds took a minute).
+SAMPLE_CANARIES = 300
 LOCAL: dict[str, Any] = {**AUDITED, "name": "fed-local-audit-tiny", "federated": {
-    **AUDITED["federated"], "privacy": {"mode": "local", "noise_multiplier": 5.0, "clipping_norm": 1.0,
-                                       "delta": 1.0e-5, "audit": {"canaries": 1000, "kind": "sample"}}}}
+    **AUDITED["federated"], "rounds": 3,
+    "privacy": {"mode": "local", "noise_multiplier": 3.0, "clipping_norm": 1.0, "delta": 1.0e-5,
+                "audit": {"canaries": SAMPLE_CANARIES, "kind": "sample"}}}}
 
 
 @pytest.mark.integration
@@ -129,7 +132,7 @@ def test_the_sample_canaries_find_local_dp_noise_drawn_but_not_added(cli, tmp_pa
     correct, correct_page = _final_and_page(tmp_path / "correct")
     broken, _ = _final_and_page(tmp_path / "broken")
 
-    assert len(drawn) == 1000 * LOCAL["federated"]["rounds"]  # every canary's release went through the mod
+    assert len(drawn) == SAMPLE_CANARIES * LOCAL["federated"]["rounds"]  # every canary's release went through the mod
     assert broken["epsilon"] == correct["epsilon"] and 2 < correct["epsilon"] < correct["privacy.audit.power"]
     assert correct["privacy.audit.verdict"] == "consistent"
     assert broken["privacy.audit.verdict"] == "violation"

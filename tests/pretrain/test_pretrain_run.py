@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,13 @@ def test_deepspeed_shared_memory_buffers_of_a_finished_run_are_released(tmp_path
 def _orphan_sleeper() -> int:
     """The pid of a process that is not ours to reap (as a rank left by a killed driver)."""
     done = subprocess.run(["sh", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True)
-    return int(done.stdout)
+    pid = int(done.stdout)
+    # sh prints the pid as it forks: under load the child may not have called setsid() yet, and a
+    # killpg of its pid would find no group. Once it runs sleep, it is the leader of its own session.
+    deadline = time.monotonic() + 10.0
+    while Path(f"/proc/{pid}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pid
 
 
 def _alive(pid: int) -> bool:
