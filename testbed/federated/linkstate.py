@@ -1,5 +1,5 @@
-"""Flower's in-memory SuperLink state, indexed by destination node, so a simulation scales past 10^4 clients;
-and Ray left running when a simulation ends (`ray_outlives_simulation`).
+"""Flower's in-memory SuperLink state, indexed by destination node, so a simulation scales past 10^4 clients
+(Ray and the client actors a run's simulations share: `testbed.federated.actor_pool`).
 
 Flower 1.42's simulation engine moves every instruction through `InMemoryLinkState`: one thread
 (`vce_api.add_messages_to_queue`) walks *every* registered node every 0.1 s and asks the state
@@ -47,12 +47,9 @@ from flwr.app import Context, Message
 from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
 from flwr.compat.client.run_info_store import DeprecatedRunInfoStore
 from flwr.server.superlink.fleet.vce import vce_api
-from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
 from flwr.server.superlink.linkstate import linkstate_factory
 from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
 from flwr.supercore.date import now
-
-_FLOWER_TERMINATE = RayBackend.terminate
 
 # How often the extractor looks for new messages: Flower's own interval.
 SWEEP_INTERVAL_S = 0.1
@@ -204,30 +201,3 @@ def indexed_simulation() -> Iterator[None]:
             linkstate_factory.InMemoryLinkState = InMemoryLinkState  # type: ignore[misc]
             vce_api.add_messages_to_queue = _FLOWER_EXTRACTOR
             vce_api._register_node_info_stores = _FLOWER_NODE_STORES
-
-
-def _terminate_actors_only(self: RayBackend) -> None:
-    """`RayBackend.terminate` without its ``ray.shutdown()``: the simulation's actors are killed, the
-    Ray instance stays for the engine that started it (`testbed.engines`) to stop."""
-    if self.pool:
-        self.pool.terminate_all_actors()
-
-
-@contextmanager
-def ray_outlives_simulation() -> Iterator[None]:
-    """Within the block, a Flower simulation that ends kills its actors but leaves Ray running.
-
-    Flower's Ray backend shuts Ray down as a simulation returns, so a run with baselines (each arm a
-    simulation of its own) started Ray again for every arm: 4-8 s each on two cores, and 1.3 s to
-    stop it. The engine owns Ray's lifetime here (it stops Ray when the run ends, or on an interrupt,
-    as before); Flower's actor pool and everything else of its backend are unchanged."""
-    source = inspect.getsource(_FLOWER_TERMINATE)  # what is replaced must be what this module replaces
-    if "self.pool.terminate_all_actors()" not in source or "ray.shutdown()" not in source:
-        raise RuntimeError("flwr's RayBackend.terminate changed; testbed.federated.linkstate needs updating")
-    with _INSTALL_LOCK:
-        RayBackend.terminate = _terminate_actors_only  # type: ignore[method-assign]  # swapped back below
-    try:
-        yield
-    finally:
-        with _INSTALL_LOCK:
-            RayBackend.terminate = _FLOWER_TERMINATE  # type: ignore[method-assign]

@@ -63,18 +63,21 @@ class FederatedRunner(Runner):
         return federated_findings(data)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
+        from testbed.federated.actor_pool import shared_client_actors
         from testbed.federated.baselines import run_baselines
 
-        final = self._run_federation(ctx)
-        return {**final, **run_baselines(ctx, self._run_federation)}
+        with shared_client_actors():  # each baseline's simulation trains on the actors of the one before
+            final = self._run_federation(ctx)
+            return {**final, **run_baselines(ctx, self._run_federation)}
 
     def _run_federation(self, ctx: RunContext) -> dict[str, Any]:
         """The scenario's own federation, from its run folder's last checkpoint on."""
         from flwr.simulation import run_simulation
 
+        from testbed.federated.actor_pool import ray_outlives_simulation
         from testbed.federated.client import make_client_app
         from testbed.federated.dp import private_strategy
-        from testbed.federated.linkstate import indexed_simulation, ray_outlives_simulation
+        from testbed.federated.linkstate import indexed_simulation
         from testbed.federated.server import RoundLoop
         from testbed.federated.setup import federation_setup
         from testbed.federated.strategies import build_strategy
