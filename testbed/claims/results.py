@@ -100,14 +100,25 @@ def provenance_line(records: Iterable[Mapping[str, Any]]) -> str:
     listed = list(records)
     if not listed:
         return "no rows recorded yet"
-    standing = {str(r.get("verified") or r.get("commit", "unknown")) for r in listed}
-    if len(standing) == 1 and not (commit := standing.pop()).endswith("+dirty") and commit != "unknown":
-        verified = sum(1 for r in listed if r.get("verified"))
-        how = "produced" if not verified else "verified" if verified == len(listed) else "produced or verified"
-        return f"every row {how} at commit {commit}"
+    by_commit: dict[str, list[Mapping[str, Any]]] = {}
+    for record in listed:
+        by_commit.setdefault(str(record.get("verified") or record.get("commit", "unknown")), []).append(record)
+    if all(not commit.endswith("+dirty") and commit != "unknown" for commit in by_commit):
+        if len(by_commit) == 1:
+            ((commit, rows),) = by_commit.items()
+            return f"every row {_how(rows)} at commit {commit}"
+        # A paper whose scenarios were re-run or verified at different clean commits: each names its rows.
+        return "every row produced or verified at a clean commit: " + ", ".join(
+            f"{len(rows)} {_how(rows)} at commit {commit}" for commit, rows in sorted(by_commit.items()))
     produced = sorted({str(r.get("commit", "unknown")) for r in listed})
     return (f"not produced or verified at one clean commit (runs from {', '.join(produced)}): "
             "`testbed reproduce --check` lists what is out of date")
+
+
+def _how(records: list[Mapping[str, Any]]) -> str:
+    """Whether these records were produced, verified, or some of each, at their commit."""
+    verified = sum(1 for r in records if r.get("verified"))
+    return "produced" if not verified else "verified" if verified == len(records) else "produced or verified"
 
 
 def current(records: Mapping[str, Mapping[str, Any]], variants: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

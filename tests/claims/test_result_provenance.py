@@ -96,6 +96,10 @@ def test_the_provenance_line_names_the_one_clean_commit_or_says_there_is_none():
     mixed = results.provenance_line([{"commit": "abc+dirty"}, {"commit": "def"}])
     assert mixed.startswith("not produced or verified at one clean commit (runs from abc+dirty, def)")
     assert "not produced" in results.provenance_line([{"commit": "abc+dirty"}])
+    # Two scenarios of a paper, one re-run at a clean commit and one verified at another: each commit names its rows.
+    assert results.provenance_line([*clean, *verified, {"commit": "abc"}]) == \
+        "every row produced or verified at a clean commit: 3 produced at commit abc, 2 verified at commit def"
+    assert "not produced" in results.provenance_line([*clean, {"commit": "def+dirty", "verified": "ghi+dirty"}])
 
 
 def _claims() -> ClaimsConfig:
