@@ -67,8 +67,9 @@ def _terminate_actors_only(self: RayBackend) -> None:
         keep = _kept is not None and 0 < pool.num_actors == len(pool.pool)  # busy actors: an interrupted run
         if keep:
             assert _kept is not None  # checked above
-            replaced = _kept.pop(_pool_key(self), None)
-            _kept[_pool_key(self)] = pool
+            key = _pool_key(self)
+            replaced = _kept.pop(key, None)
+            _kept[key] = pool
     if not keep:
         pool.terminate_all_actors()
     elif replaced is not None:  # two simulations at once in one block: the earlier pool goes
@@ -86,17 +87,24 @@ def _check_flower_backend() -> None:
 
 
 @contextmanager
-def ray_outlives_simulation() -> Iterator[None]:
-    """Within the block, a Flower simulation that ends leaves Ray running (and its idle actors to
-    `shared_client_actors`, when that block is open too)."""
-    _check_flower_backend()
+def _replaced(name: str, ours: Callable[..., Any], flowers: Callable[..., Any]) -> Iterator[None]:
+    """`RayBackend.<name>` is ``ours`` while the block runs, Flower's own again after it."""
     with _INSTALL_LOCK:
-        RayBackend.terminate = _terminate_actors_only  # type: ignore[method-assign]  # swapped back below
+        setattr(RayBackend, name, ours)
     try:
         yield
     finally:
         with _INSTALL_LOCK:
-            RayBackend.terminate = _FLOWER_TERMINATE  # type: ignore[method-assign]
+            setattr(RayBackend, name, flowers)
+
+
+@contextmanager
+def ray_outlives_simulation() -> Iterator[None]:
+    """Within the block, a Flower simulation that ends leaves Ray running (and its idle actors to
+    `shared_client_actors`, when that block is open too)."""
+    _check_flower_backend()
+    with _replaced("terminate", _terminate_actors_only, _FLOWER_TERMINATE):
+        yield
 
 
 @contextmanager
@@ -109,12 +117,11 @@ def shared_client_actors() -> Iterator[None]:
         if _kept is not None:
             raise RuntimeError("shared_client_actors is already open in this process")
         _kept = {}
-        RayBackend.build = _build_reusing  # type: ignore[method-assign]  # swapped back below
     try:
-        yield
+        with _replaced("build", _build_reusing, _FLOWER_BUILD):
+            yield
     finally:
         with _INSTALL_LOCK:
-            RayBackend.build = _FLOWER_BUILD  # type: ignore[method-assign]
             pools, _kept = list(_kept.values()), None
         for pool in pools:
             pool.terminate_all_actors()
