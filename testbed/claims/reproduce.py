@@ -3,9 +3,9 @@
 For each paper of `testbed.claims.papers.PAPERS` asked for, each of its scenarios runs as a sweep in
 ``runs/reproduce/<size>/<scenario>/`` (only the variants some claim reads, and at full size only
 those the result file lacks or holds stale), as ``testbed run`` would run it; a second call resumes
-the same folders. The completed variants' final metrics are merged into the scenario's result file
-(``--docs-only`` runs nothing but still merges what the sweep folders completed so far, so the
-finished runs of an interrupted reproduce are kept); then the statements are evaluated and
+the same folders. Once every sweep has run, the completed variants' final metrics are merged into
+the scenarios' result files (``--docs-only`` runs nothing but still merges what the sweep folders
+completed so far, so the finished runs of an interrupted reproduce are kept); then the statements are evaluated and
 ``docs/reproduction.md`` and the per-paper tables are written from the result files of every paper
 (so reproducing one paper rewrites only its rows).
 
@@ -144,14 +144,15 @@ def reproduce(root: Path, papers: list[str], size: str, runs_dir: Path, run: boo
     if run and not dirty_ok:
         refuse_dirty("reproduce")
     loaded = {paper: [load(root, path, size) for path in PAPERS[paper].scenarios] for paper in chosen}
-    refused: list[str] = []
-    with servers_kept():  # one warm server for the sweeps of every scenario, not one each
-        for paper in chosen:
-            for item in loaded[paper]:
-                if run:
+    if run:
+        with servers_kept():  # one warm server for the sweeps of every scenario, not one each
+            for paper in chosen:
+                for item in loaded[paper]:
                     _run(item, root, size, runs_dir, quiet, parallel)
-                refused += [f"not recorded: {item.path}: {slug}: run on a tree with uncommitted changes "
-                            "(--allow-dirty records it)" for slug in collect(item, root, size, runs_dir, dirty_ok)]
+    # Collected once every sweep has run: a result file changed earlier would leave the checkout with
+    # uncommitted changes under the later sweeps, and their runs would record '<commit>+dirty'.
+    refused = [f"not recorded: {item.path}: {slug}: run on a tree with uncommitted changes (--allow-dirty records it)"
+               for paper in chosen for item in loaded[paper] for slug in collect(item, root, size, runs_dir, dirty_ok)]
     shown = list(PAPERS) if size == "full" else chosen  # the repository's docs list every paper
     loaded = {paper: loaded.get(paper) or [load(root, path, size) for path in PAPERS[paper].scenarios]
               for paper in shown}

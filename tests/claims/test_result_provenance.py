@@ -206,6 +206,21 @@ def test_collect_leaves_out_a_run_made_on_a_dirty_tree_unless_allowed(tmp_path, 
     assert results.read_results(tmp_path / "results" / "workloads" / "gridcoarsen.json")[slug]["commit"] == "abc+dirty"
 
 
+def test_reproduce_merges_results_only_after_every_sweep_ran(tmp_path, monkeypatch):
+    # A result file written between two sweeps leaves the checkout with uncommitted changes while the
+    # later sweeps run, and their runs record '<commit>+dirty' (and are then not recorded).
+    import testbed.claims.reproduce as reproduce
+
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(reproduce, "_run", lambda item, *args: calls.append(("run", item.path)))
+    monkeypatch.setattr(reproduce, "collect", lambda item, *args: calls.append(("collect", item.path)) or [])
+    reproduce.reproduce(ROOT, ["dddm", "stc"], "test", tmp_path, run=True, quiet=True)
+
+    steps = [step for step, _ in calls]
+    assert steps == ["run"] * 4 + ["collect"] * 4
+    assert [path for _, path in calls[:4]] == [path for _, path in calls[4:]]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--sample", "4"], "--sample: 4: only with --check"),
     (["--check", "--sample", "0"], "--sample: 0: at least 1"),
