@@ -26,7 +26,11 @@ state written, the node's config untouched): the next message makes the same con
 client that keeps state (an attacker's mark, SDEA's initial network) keeps its store, as in
 Flower. Memory for contexts is then the clients in flight plus the stateful ones, not every node.
 
-`indexed_simulation()` installs the three while a run's `run_simulation` starts. Why patch instead of
+Flower keeps a `NodeInfo` and a random public key per node, about 1.6 KB a node in the driver though
+a simulation's nodes are alike: `register_simulation_nodes` registers the first node as Flower does
+and the rest as an id array sharing its `NodeInfo` (`testbed.federated.simulated_nodes`).
+
+`indexed_simulation()` installs the four while a run's `run_simulation` starts. Why patch instead of
 writing a simulation engine: everything else of Flower's engine (the Ray backend and its actor
 pool, the contexts themselves, the ServerApp's grid) stays in use unchanged, and the replaced
 functions are small and pinned (flwr>=1.42,<1.43 in pyproject.toml; `check_flower_internals` fails loudly if a Flower
@@ -44,12 +48,16 @@ from queue import Queue
 from typing import Any
 
 from flwr.app import Context, Message
-from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY
+from flwr.common.constant import NUM_PARTITIONS_KEY, PARTITION_ID_KEY, SUPERLINK_NODE_ID
 from flwr.compat.client.run_info_store import DeprecatedRunInfoStore
+from flwr.proto.node_pb2 import NodeInfo
 from flwr.server.superlink.fleet.vce import vce_api
 from flwr.server.superlink.linkstate import linkstate_factory
 from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+from flwr.supercore.constant import NodeStatus
 from flwr.supercore.date import now
+
+from testbed.federated.simulated_nodes import SimulatedNodes, random_node_ids
 
 # How often the extractor looks for new messages: Flower's own interval.
 SWEEP_INTERVAL_S = 0.1
@@ -62,6 +70,48 @@ class NodeIndexedLinkState(InMemoryLinkState):
         super().__init__(*args, **kwargs)
         # node id -> ids of its stored, not yet delivered instructions, in the order they were stored
         self._undelivered: dict[int, deque[str]] = {}
+        self.nodes: SimulatedNodes = SimulatedNodes()  # type: ignore[assignment]  # a MutableMapping, not a dict
+
+    # Flower's methods that change a node in place: the node gets a NodeInfo of its own first.
+    def delete_node(self, owner_aid: str, node_id: int) -> None:
+        with self.lock:
+            self.nodes.own(node_id)
+            super().delete_node(owner_aid, node_id)
+
+    def activate_node(self, node_id: int, heartbeat_interval: float) -> bool:
+        with self.lock:
+            self.nodes.own(node_id)
+            return super().activate_node(node_id, heartbeat_interval)
+
+    def deactivate_node(self, node_id: int) -> bool:
+        with self.lock:
+            self.nodes.own(node_id)
+            return super().deactivate_node(node_id)
+
+    def acknowledge_node_heartbeat(self, node_id: int, heartbeat_interval: float) -> bool:
+        with self.lock:
+            self.nodes.own(node_id)
+            return super().acknowledge_node_heartbeat(node_id, heartbeat_interval)
+
+    def _check_and_tag_offline_nodes(self, node_ids: list[int] | None = None) -> None:
+        with self.lock:
+            if node_ids is None:  # every node: the bulk ones share one heartbeat deadline
+                node_ids = self.nodes.changeable(now().timestamp())
+                if not node_ids:
+                    return  # (Flower's loop reads an empty list as every node)
+            for node_id in node_ids:
+                self.nodes.own(node_id)
+            super()._check_and_tag_offline_nodes(node_ids)
+
+    def get_nodes(self, run_id: int) -> set[int]:
+        """Flower's `get_nodes` (the online nodes of the run's federation) without making a `NodeInfo`
+        for each node."""
+        with self.lock:
+            if run_id not in self.run_ids:
+                return set()
+            self._check_and_tag_offline_nodes()
+            federation_id = self.run_ids[run_id].run.federation_id
+            return self.federation_manager.filter_nodes(self.nodes.with_status(NodeStatus.ONLINE), federation_id)
 
     def store_message_ins(self, message: Message) -> str | None:
         with self.lock:
@@ -161,7 +211,26 @@ def transient_node_info_stores(nodes_mapping: dict[int, int], run: Any,
     return TransientNodeStores(nodes_mapping, run, app_dir)
 
 
+def register_simulation_nodes(num_nodes: int, state_factory: Any) -> dict[int, int]:
+    """`vce_api._register_nodes`: the first node registered by Flower's own code, the others as ids
+    sharing its `NodeInfo` (`SimulatedNodes`); node id -> partition id."""
+    state = state_factory.state()
+    if not isinstance(state, NodeIndexedLinkState) or num_nodes < 2:
+        return _FLOWER_REGISTER_NODES(num_nodes=num_nodes, state_factory=state_factory)
+    mapping = _FLOWER_REGISTER_NODES(num_nodes=1, state_factory=state_factory)
+    (first,) = mapping
+    shared = NodeInfo()
+    with state.lock:
+        shared.CopyFrom(state.nodes[first])
+        shared.public_key = b""  # a simulation authenticates no node by its key
+        ids = random_node_ids(num_nodes - 1, exclude={0, SUPERLINK_NODE_ID, *state.nodes})
+        state.nodes.add_bulk(ids, shared)
+    mapping.update(zip(ids.tolist(), range(1, num_nodes), strict=True))
+    return mapping
+
+
 _FLOWER_EXTRACTOR = vce_api.add_messages_to_queue
+_FLOWER_REGISTER_NODES = vce_api._register_nodes
 _FLOWER_NODE_STORES = vce_api._register_node_info_stores
 _INSTALL_LOCK = threading.Lock()
 
@@ -179,6 +248,10 @@ def check_flower_internals() -> None:
     if linkstate_factory.InMemoryLinkState is not InMemoryLinkState and \
             linkstate_factory.InMemoryLinkState is not NodeIndexedLinkState:
         raise RuntimeError("flwr's LinkStateFactory no longer builds InMemoryLinkState")
+    register = inspect.getsource(_FLOWER_REGISTER_NODES)
+    if list(inspect.signature(_FLOWER_REGISTER_NODES).parameters) != ["num_nodes", "state_factory"] or \
+            "create_node(" not in register or "acknowledge_node_heartbeat(" not in register:
+        raise RuntimeError("flwr's vce_api._register_nodes changed; testbed.federated.linkstate needs updating")
     parameters = list(inspect.signature(InMemoryLinkState.get_message_ins).parameters)
     if parameters != ["self", "node_id", "limit", "run_id"]:
         raise RuntimeError("flwr's InMemoryLinkState.get_message_ins changed; "
@@ -187,13 +260,14 @@ def check_flower_internals() -> None:
 
 @contextmanager
 def indexed_simulation() -> Iterator[None]:
-    """Flower's simulation engine with the node-indexed state and extractor and the transient node
-    stores, for the block's duration."""
+    """Flower's simulation engine with the node-indexed state and extractor, the nodes registered in
+    bulk and the transient node stores, for the block's duration."""
     check_flower_internals()
     with _INSTALL_LOCK:
         linkstate_factory.InMemoryLinkState = NodeIndexedLinkState  # type: ignore[misc]  # swapped back below
         vce_api.add_messages_to_queue = add_pending_messages_to_queue
         vce_api._register_node_info_stores = transient_node_info_stores
+        vce_api._register_nodes = register_simulation_nodes
     try:
         yield
     finally:
@@ -201,3 +275,4 @@ def indexed_simulation() -> Iterator[None]:
             linkstate_factory.InMemoryLinkState = InMemoryLinkState  # type: ignore[misc]
             vce_api.add_messages_to_queue = _FLOWER_EXTRACTOR
             vce_api._register_node_info_stores = _FLOWER_NODE_STORES
+            vce_api._register_nodes = _FLOWER_REGISTER_NODES

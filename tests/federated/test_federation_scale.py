@@ -7,6 +7,7 @@ bit for bit, also when the uploads spill to disk and arrive in any order.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import cast
 
@@ -32,7 +33,7 @@ def server_identity(monkeypatch):
 def _link_state(indexed: bool, nodes: int):
     """A simulation's SuperLink state and grid as `run_simulation` builds them, with ``nodes`` nodes."""
     from flwr.proto.task_pb2 import Task
-    from flwr.server.superlink.fleet.vce.vce_api import _register_nodes
+    from flwr.server.superlink.fleet.vce import vce_api
     from flwr.server.superlink.linkstate import LinkStateFactory
     from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState, RunRecord
     from flwr.supercore.constant import FLWR_IN_MEMORY_DB_NAME, NOOP_FEDERATION_ID
@@ -44,17 +45,14 @@ def _link_state(indexed: bool, nodes: int):
     from testbed.federated.linkstate import indexed_simulation
 
     factory = LinkStateFactory(FLWR_IN_MEMORY_DB_NAME, NoOpFederationManager(), ObjectStoreFactory())
-    if indexed:
-        with indexed_simulation():
-            state = cast(InMemoryLinkState, factory.state())
-    else:
+    with indexed_simulation() if indexed else contextlib.nullcontext():
         state = cast(InMemoryLinkState, factory.state())
-    run = Run.create_empty(run_id=7)
-    run.primary_task_id = 1
-    run.federation_id = NOOP_FEDERATION_ID
-    state.run_ids[run.run_id] = RunRecord(run=run)
-    state.task_store[1] = Task(task_id=1, run_id=run.run_id)
-    mapping = _register_nodes(nodes, factory)
+        run = Run.create_empty(run_id=7)
+        run.primary_task_id = 1
+        run.federation_id = NOOP_FEDERATION_ID
+        state.run_ids[run.run_id] = RunRecord(run=run)
+        state.task_store[1] = Task(task_id=1, run_id=run.run_id)
+        mapping = vce_api._register_nodes(num_nodes=nodes, state_factory=factory)  # the bulk nodes when indexed
     grid = InMemoryGrid(state_factory=factory)
     grid.set_run(run)
     return state, grid, mapping
@@ -68,6 +66,7 @@ def test_indexed_state_delivers_what_flowers_state_delivers(server_identity):
         state, grid, mapping = _link_state(indexed, nodes=30)
         assert isinstance(state, NodeIndexedLinkState) == indexed
         nodes = list(mapping)  # partition order
+        assert set(grid.get_node_ids()) == set(nodes) and len(nodes) == 30
         rng = random.Random(0)
         # two messages for some nodes, none for others, pushed in a shuffled order
         targets = [n for n in nodes[:20] for _ in range(1 + (nodes.index(n) % 3 == 0))]
