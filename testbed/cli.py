@@ -89,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
 
     reproduce = sub.add_parser("reproduce", help=(
         "run or resume the claim sweeps of some papers (default: all) and write docs/reproduction.md"))
-    reproduce.add_argument("papers", nargs="*", metavar="PAPER", help="paper ids (testbed list papers)")
+    reproduce.add_argument("papers", nargs="*", metavar="PAPER", help=(
+        "paper ids (testbed list papers); with --check also a scenario of one, e.g. pretrain/outeffhop-opt.yaml"))
     reproduce.add_argument("--size", choices=("full", "test"), default="full",
                            help="test: tiny settings and two seeds, to check that every predicate evaluates")
     reproduce.add_argument("--docs-only", action="store_true",

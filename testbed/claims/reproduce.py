@@ -127,6 +127,18 @@ def chosen_papers(papers: list[str]) -> list[str]:
     return papers or list(PAPERS)
 
 
+def chosen_scenarios(names: list[str]) -> dict[str, list[str]]:
+    """paper -> the scenarios asked for: a paper id takes all of its scenarios, a scenario path as
+    `testbed list papers` prints it (``pretrain/outeffhop-opt.yaml``) only that one."""
+    by_path = {path: paper for paper, entry in PAPERS.items() for path in entry.scenarios}
+    papers = [name for name in names if name not in by_path]
+    chosen = {paper: list(PAPERS[paper].scenarios) for paper in (chosen_papers(papers) if papers or not names else [])}
+    for name in names:
+        if name in by_path and name not in chosen.setdefault(by_path[name], []):
+            chosen[by_path[name]].append(name)
+    return chosen
+
+
 def refuse_dirty(what: str) -> None:
     """Refuse to record results from a tree with uncommitted changes: nobody could check out the code
     that gave them."""
@@ -220,14 +232,14 @@ def check_results(root: Path, papers: list[str], size: str, runs_dir: Path, samp
                   parallel: int | None = None, allow_dirty: bool = False) -> list[str]:
     """``--check``: a line per result file of the papers (stale or current); with ``sample``, re-run a
     sample of each stale one at HEAD and mark it verified where it holds. Writes no docs."""
-    chosen = chosen_papers(papers)
+    chosen = chosen_scenarios(papers)
     dirty_ok = allow_dirty or size == "test"
     if sample is not None and not dirty_ok:
         refuse_dirty("reproduce --check --sample")  # a verification names the commit it ran at
     lines: list[str] = []
     with servers_kept():
-        for paper in chosen:
-            for path in PAPERS[paper].scenarios:
+        for paths in chosen.values():
+            for path in paths:
                 lines += _check_file(load(root, path, size), root, size, runs_dir, sample, quiet, parallel, dirty_ok)
     return lines
 

@@ -18,6 +18,8 @@ from threadpoolctl import threadpool_info
 from testbed.claims import check, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import evaluate
+from testbed.claims.papers import PAPERS
+from testbed.errors import UserError
 from testbed.provenance import fingerprint_at_head, fingerprint_changes, run_fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -244,6 +246,18 @@ def test_check_lists_each_result_file_current_or_stale_and_runs_nothing(cli, tmp
                          r"about [\d.]+ min, the whole file in [\d.]+ min", line)
     assert stale or re.fullmatch(rf"current: {shown}: 15 variants, .+", line), line
     assert not (tmp_path / "runs").exists()  # without --sample nothing runs
+
+
+def test_check_takes_one_scenario_of_a_paper_as_well_as_the_paper():
+    from testbed.claims.reproduce import chosen_scenarios
+
+    one = "pretrain/outeffhop-opt.yaml"
+    assert chosen_scenarios([one]) == {"outeffhop": [one]}
+    assert chosen_scenarios(["outeffhop", one])["outeffhop"] == list(PAPERS["outeffhop"].scenarios)
+    assert chosen_scenarios(["dddm", one]) == {"dddm": list(PAPERS["dddm"].scenarios), "outeffhop": [one]}
+    assert chosen_scenarios([]) == {paper: list(entry.scenarios) for paper, entry in PAPERS.items()}
+    with pytest.raises(UserError, match="unknown paper 'pretrain/nope.yaml'"):
+        chosen_scenarios(["pretrain/nope.yaml"])
 
 
 def _fingerprintless_gridcoarsen(tmp_path: Path) -> tuple[Any, dict[str, dict], Path]:
