@@ -25,7 +25,7 @@ import numpy as np
 from flwr.proto.node_pb2 import NodeInfo
 from flwr.supercore.constant import NodeStatus
 
-# Flower's node ids: random unsigned 64-bit integers other than these (`create_node`).
+# Flower draws a node id as this many random bytes, an unsigned 64-bit integer (`create_node`).
 ID_BYTES = 8
 
 
@@ -42,7 +42,8 @@ class SimulatedNodes(MutableMapping[int, NodeInfo]):
         self._before_bulk: list[int] = []  # nodes created one by one before the bulk: listed first
 
     def add_bulk(self, ids: np.ndarray, shared: NodeInfo) -> None:
-        """Register the nodes ``ids`` (none registered yet), each like ``shared`` but for its id."""
+        """Register the nodes ``ids``, each like ``shared`` but for its id (once: a simulation's nodes
+        after the first, which Flower registers itself)."""
         if len(self._ids):
             raise RuntimeError("a simulation registers its nodes in bulk once")
         self._ids, self._sorted = ids, np.sort(ids)
