@@ -132,6 +132,10 @@ def chosen_scenarios(names: list[str]) -> dict[str, list[str]]:
     `testbed list papers` prints it (``pretrain/outeffhop-opt.yaml``) only that one."""
     by_path = {path: paper for paper, entry in PAPERS.items() for path in entry.scenarios}
     papers = [name for name in names if name not in by_path]
+    unknown = [name for name in papers if name.endswith(".yaml")]
+    if unknown:
+        raise UserError(f"reproduce: no paper has the scenario '{unknown[0]}'{did_you_mean(unknown[0], by_path)} "
+                        "(`testbed list papers` lists each paper's scenarios)")
     chosen = {paper: list(PAPERS[paper].scenarios) for paper in (chosen_papers(papers) if papers or not names else [])}
     for name in names:
         if name in by_path and name not in chosen.setdefault(by_path[name], []):

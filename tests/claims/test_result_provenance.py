@@ -256,8 +256,11 @@ def test_check_takes_one_scenario_of_a_paper_as_well_as_the_paper():
     assert chosen_scenarios(["outeffhop", one])["outeffhop"] == list(PAPERS["outeffhop"].scenarios)
     assert chosen_scenarios(["dddm", one]) == {"dddm": list(PAPERS["dddm"].scenarios), "outeffhop": [one]}
     assert chosen_scenarios([]) == {paper: list(entry.scenarios) for paper, entry in PAPERS.items()}
-    with pytest.raises(UserError, match="unknown paper 'pretrain/nope.yaml'"):
-        chosen_scenarios(["pretrain/nope.yaml"])
+    with pytest.raises(UserError, match=r"no paper has the scenario 'pretrain/outeffhop-op.yaml' \(did you mean "
+                                        r"'pretrain/outeffhop-opt.yaml'\?\)"):
+        chosen_scenarios(["pretrain/outeffhop-op.yaml"])
+    with pytest.raises(UserError, match="unknown paper 'outefhop'"):
+        chosen_scenarios(["outefhop"])
 
 
 def _fingerprintless_gridcoarsen(tmp_path: Path) -> tuple[Any, dict[str, dict], Path]:
