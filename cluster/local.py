@@ -21,6 +21,7 @@ cluster: Ray has no switch to bind them to loopback.) The state
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -122,10 +123,12 @@ def down(timeout_s: float = 60.0) -> dict[str, Any] | None:
 def _stop_keeper(pid: int, timeout_s: float = 60.0) -> None:
     """SIGTERM the keeper (it shuts the nodes down), then SIGKILL its process group if it lingers.
 
-    Returns only when every process the keeper had started is gone: a Ray worker can still be
-    exiting when the keeper has, and one that left the group would outlive a plain `killpg`.
+    Returns only when the keeper and every process it had started are gone: a Ray worker can still
+    be exiting when the keeper has, and one that left the group would outlive a plain `killpg`. The
+    keeper itself is waited for too: while it exits, its command line reads empty (so `_is_keeper`
+    is already false) though it still runs for a moment.
     """
-    descendants = _descendants(pid)
+    processes = _process_and_descendants(pid)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -138,29 +141,51 @@ def _stop_keeper(pid: int, timeout_s: float = 60.0) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     _reap(pid)
-    _kill_survivors(descendants)
+    _kill_survivors(processes)
 
 
-def _descendants(pid: int) -> list[Any]:
+def _process_and_descendants(pid: int) -> list[Any]:
     import psutil
 
     try:
-        return psutil.Process(pid).children(recursive=True)
+        process = psutil.Process(pid)
+        return [process, *process.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
 
 
 def _kill_survivors(processes: list[Any], grace_s: float = 10.0) -> None:
     """Wait ``grace_s`` for ``processes`` to exit, then SIGKILL (and wait for) any still running."""
+    alive = _wait_exited(processes, grace_s)
+    for process in alive:
+        with contextlib.suppress(Exception):
+            process.kill()
+    _wait_exited(alive, grace_s)
+
+
+def _wait_exited(processes: list[Any], timeout_s: float) -> list[Any]:
+    """Poll until every process has exited; return those still running at the deadline.
+
+    A zombie has exited (a container's init may reap it late): `psutil.wait_procs` would count one
+    that is not our child as running until its timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in processes if _running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _running(p)]
+    return alive
+
+
+def _running(process: Any) -> bool:
     import psutil
 
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for process in alive:
-        try:
-            process.kill()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True
 
 
 def _reap(pid: int) -> None:
