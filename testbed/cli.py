@@ -18,6 +18,8 @@ Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import sys
 import traceback
 from collections.abc import Callable
@@ -390,8 +392,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _name_native_crashes() -> None:
+    """A crash in native code (torch, Ray, gloo) kills the process without a Python traceback: print
+    every thread's Python stack on stderr first, so that the crash names its line. Left alone where a
+    host (pytest) already does it, or where stderr is not a file."""
+    if not faulthandler.is_enabled():
+        with contextlib.suppress(ValueError, OSError):
+            faulthandler.enable()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``testbed`` console script."""
+    _name_native_crashes()
     args = _parser().parse_args(argv)
     try:
         code = COMMANDS[args.command](args)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -576,3 +580,14 @@ def test_the_bundled_dataset_sizes_used_by_validation_match_the_data():
     for name, (samples, classes) in BUNDLED_SIZES.items():
         data = DATASETS[name]()
         assert (len(data.y), data.num_classes) == (samples, classes), name
+
+
+@pytest.mark.integration
+def test_a_crash_in_native_code_names_its_python_line():
+    # A segfault (here a read of address 0 standing in for torch's or gloo's) prints the Python stack.
+    crash = ("import ctypes, sys; from testbed import cli; "
+             "cli.COMMANDS['list'] = lambda args: ctypes.string_at(0); sys.exit(cli.main(['list']))")
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"})
+    assert done.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in done.stderr and "<string>\", line 1" in done.stderr
