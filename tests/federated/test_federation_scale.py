@@ -8,6 +8,7 @@ bit for bit, also when the uploads spill to disk and arrive in any order.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 from typing import cast
 
@@ -237,3 +238,31 @@ def test_a_transient_node_store_is_flowers_store_made_on_demand_and_dropped_whil
     assert len(stores[1101].retrieve_context(7).state) == 0  # made afresh, as before
     with pytest.raises(KeyError):
         stores[999]  # a node the simulation never registered, as in Flower's mapping
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["fedprox", "fedprox-in-flowers-dp-wrapper"])
+def test_a_rounds_messages_are_built_as_pushed_and_are_flowers_messages(server_identity, wrapped):
+    from flwr.app import ConfigRecord
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedProx
+
+    from testbed.federated.server import IN_FLIGHT, build_messages_as_pushed
+
+    state, grid, mapping = _link_state(True, nodes=2 * IN_FLIGHT + 5)
+    arrays = ArrayRecord({"w": torch.zeros(3)})
+    built = {}
+    for lazy in (False, True):
+        inner = FedProx(proximal_mu=0.1)
+        strategy = DifferentialPrivacyServerSideFixedClipping(inner, 1.0, 1.0, 7) if wrapped else inner
+        if lazy:
+            build_messages_as_pushed(strategy)
+        random.seed(3)  # Flower samples the nodes with `random`
+        built[lazy] = strategy.configure_train(2, arrays, ConfigRecord(), grid)
+    # Flower's list against a generator, which the round consumes IN_FLIGHT messages at a time.
+    assert isinstance(built[False], list) and not isinstance(built[True], list)
+    first = list(itertools.islice(built[True], IN_FLIGHT))
+    rest = list(built[True])
+    flowers = built[False]
+    assert [m.metadata.dst_node_id for m in first + rest] == [m.metadata.dst_node_id for m in flowers]
+    assert len({id(m.content) for m in first + rest}) == 1 and first[0].content == flowers[0].content
+    assert {m.metadata.message_type for m in first + rest} == {"train"}
+    assert first[0].content["config"]["proximal-mu"] == 0.1  # the strategy's own config still reaches them
