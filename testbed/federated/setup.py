@@ -9,6 +9,7 @@ message, and rebuilding the split for every call would dominate a round.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -44,6 +45,36 @@ SDEA = stream("sdea", "SDEA's own random choices")
 DNC = stream("dnc", "DnC's random coordinate subsets")
 
 
+@dataclass(frozen=True, eq=False)
+class Partitions:
+    """Each client's training-row indices, as one array and the offsets where each client's begin.
+
+    A tuple of one array per client costs about 115 bytes a client besides the indices: 115 MB at
+    10^6 clients in the driver and again in every client actor. A client's rows are a view.
+    """
+
+    rows: np.ndarray  # int64, the clients' rows one client after another
+    starts: np.ndarray  # int64, len(clients) + 1: client i's rows are rows[starts[i]:starts[i + 1]]
+
+    @classmethod
+    def of(cls, parts: Sequence[np.ndarray]) -> Partitions:
+        starts = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(part) for part in parts], out=starts[1:])
+        rows = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
+        return cls(rows, starts)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, client: int) -> np.ndarray:
+        if not 0 <= client < len(self):
+            raise IndexError(f"partition {client} of {len(self)}")
+        return self.rows[self.starts[client]:self.starts[client + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return (self[client] for client in range(len(self)))
+
+
 @dataclass(frozen=True)
 class FederationSetup:
     """Data, partitions and roles of a federated scenario."""
@@ -52,7 +83,7 @@ class FederationSetup:
     train: Dataset
     test: Dataset
     root: Dataset | None  # the server's small clean set (FLTrust), carved out before partitioning
-    partitions: tuple[np.ndarray, ...]
+    partitions: Partitions
     malicious: frozenset[int]
     faulty: frozenset[int]  # clients that raise or hang (fault injection)
     seeds: SeedTree  # the run's seed tree, as this process rebuilds it (`federation_seeds`)
@@ -129,7 +160,7 @@ def _cached_setup(scenario_json: str, root_size: int) -> FederationSetup:
         train = train.subset(clients)
     partitions = partition_indices(train.y, scenario.data.num_clients, scenario.data.partition,
                                    seeds.numpy(PARTITION.path), groups=train.groups)
-    return FederationSetup(scenario, train, test, root, tuple(partitions), malicious_clients(scenario, seeds),
+    return FederationSetup(scenario, train, test, root, Partitions.of(partitions), malicious_clients(scenario, seeds),
                            faulty_clients(scenario, seeds), seeds)
 
 
