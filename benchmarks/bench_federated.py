@@ -6,7 +6,8 @@
    alone, on perturbed copies of the digits CNN), with one torch thread as the federated server runs
    every aggregation; `benchmarks/bench_sdea.py` grows it over clients and public images and
    measures its floor.
-3. With ``--scale N [N ...]``: one round of FedAvg with N clients through the testbed, reporting the
+3. With ``--scale N [N ...]``: one round of FedAvg with N clients through the testbed (``--scale-setting``:
+   the digits CNN, or an MLP on a generated table for a million clients), reporting the
    clients that actually trained, wall time (start-up included) and peak memory of the process
    tree (driver, Ray, actors); then the peak at the largest N over the peak at the smallest
    (target <= 2 from 10,000 to 1,000,000). With ``--raw-scale N [...]`` the same round written directly against Flower's
@@ -16,9 +17,9 @@
    10^6 against 10^4).
 
     python benchmarks/bench_federated.py [--rounds 3] [--clients 10] [--scale 1000 10000 100000]
-        [--raw-scale 10000] [--skip-comparison] [--keep docs/performance] [--scale-model mlp] [--runs-dir DIR]
+        [--raw-scale 10000] [--skip-comparison] [--keep docs/performance] [--scale-setting table-mlp] [--runs-dir DIR]
 
-   A million clients (issue 39): ``--skip-comparison --scale-model mlp --scale 10000 1000000
+   A million clients (issue 39): ``--skip-comparison --scale-setting table-mlp --scale 10000 1000000
    --raw-scale 10000 --runs-dir runs/bench-million --keep docs/performance``.
 """
 
@@ -147,36 +148,59 @@ def aggregation_times() -> None:
         print(f"   {n:>7} {fedavg:>10.4f} {sdea:>10.2f} {sdea / fedavg:>8.0f}")
 
 
-# The models section 3 can train: the digits CNN (83 KB an upload), or a small MLP (4.8 KB) for a
-# million clients, whose round stages every upload until it ends (83 GB with the CNN).
-SCALE_MODELS: dict[str, dict[str, Any]] = {"cnn": SCENARIO["workload"],
-                                           "mlp": {"name": "classifier", "arch": "mlp", "hidden": 16}}
+# Section 3's settings. digits-cnn: the digits CNN (83 KB an upload), the digits replicated so that
+# each client holds a sample or two. table-mlp, the million-client round: a small MLP (1.3 KB an
+# upload) on a generated table of 8 features with 4/3 sample a client. At 10^6 clients the digits
+# would be replicated 1,000 times in the driver and in every actor (0.5 GB each, twice over with
+# the train/test split) and the CNN's staged uploads would need 83 GB of disk.
+SCALE_SETTINGS = ("digits-cnn", "table-mlp")
+TABLE_FEATURES, TABLE_CLASSES = 8, 10
 
 
-def scale_scenario(n: int, model: str = "cnn") -> dict[str, Any]:
-    """One FedAvg round of ``n`` digits clients (the data replicated so each holds about a sample or two)."""
-    return {**SCENARIO, "data": {**SCENARIO["data"], "num_clients": n, "replicate": -(-n // 1000)},
-            "workload": SCALE_MODELS[model],
-            "federated": {**SCENARIO["federated"], "rounds": 1, "round_timeout_s": 600 + 0.1 * n}}
+def scale_scenario(n: int, setting: str = "digits-cnn", data_dir: Path | None = None) -> dict[str, Any]:
+    """One FedAvg round of ``n`` clients in ``setting`` (table-mlp writes its table into ``data_dir``)."""
+    federated = {**SCENARIO["federated"], "rounds": 1, "round_timeout_s": 600 + 0.1 * n}
+    if setting == "digits-cnn":
+        data = {**SCENARIO["data"], "num_clients": n, "replicate": -(-n // 1000)}
+        return {**SCENARIO, "data": data, "federated": federated}
+    assert data_dir is not None  # the generated table's folder
+    path = data_dir / f"table-{n}.npz"
+    if not path.exists():
+        write_table(path, samples=-(-4 * n // 3) + TABLE_CLASSES)  # 3/4 train: at least one sample a client
+    data = {"dataset": "npz", "path": str(path), "num_clients": n, "partition": {"type": "iid"}}
+    return {**SCENARIO, "data": data, "workload": {"name": "classifier", "arch": "mlp", "hidden": 16},
+            "federated": federated}
 
 
-def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, model: str = "cnn",
+def write_table(path: Path, samples: int) -> None:
+    """Gaussian classes around random centres, float32 features (seeded: the same table every run)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(TABLE_CLASSES, TABLE_FEATURES)).astype(np.float32)
+    y = rng.integers(0, TABLE_CLASSES, samples)
+    x = centres[y] + rng.normal(size=(samples, TABLE_FEATURES)).astype(np.float32)
+    np.savez(path, x=x, y=y)
+
+
+def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, setting: str = "digits-cnn",
           runs_dir: Path | None = None) -> None:
-    print(f"3. one FedAvg round with N clients (the digits {model.upper()}), wall time with start-up, peak memory "
+    print(f"3. one FedAvg round with N clients ({setting}), wall time with start-up, peak memory "
           "of the process tree (driver, Ray, actors)")
-    ours: dict[int, tuple[float, float]] = {}
-    for n in clients:
-        ours[n] = _testbed_round(n, model, keep, runs_dir)
-    raw: dict[int, float] = {}
-    for n in raw_clients:
-        command = [sys.executable, "-c", RAW_FLOWER, json.dumps(scale_scenario(n, model))]
-        seconds, peak_mb, out = timed_with_peak_memory(command)
-        raw[n] = seconds
-        trained = json.loads(out.strip().splitlines()[-1])["clients_trained"]
-        print(f"   raw Flower N={n:>7}: trained {trained}/{n}, {seconds:.0f} s "
-              f"({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB")
-        if n in ours:
-            print(f"   time per client at N={n}: testbed / raw Flower = {ours[n][0] / seconds:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = runs_dir or Path(tmp)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        ours = {n: _testbed_round(scale_scenario(n, setting, data_dir), keep, runs_dir) for n in clients}
+        raw: dict[int, float] = {}
+        for n in raw_clients:
+            command = [sys.executable, "-c", RAW_FLOWER, json.dumps(scale_scenario(n, setting, data_dir))]
+            seconds, peak_mb, out = timed_with_peak_memory(command)
+            raw[n] = seconds
+            trained = json.loads(out.strip().splitlines()[-1])["clients_trained"]
+            print(f"   raw Flower N={n:>7}: trained {trained}/{n}, {seconds:.0f} s "
+                  f"({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB")
+            if n in ours:
+                print(f"   time per client at N={n}: testbed / raw Flower = {ours[n][0] / seconds:.2f}")
     if ours and raw and max(ours) > max(raw):
         large, yardstick = max(ours), max(raw)
         ratio = (ours[large][0] / large) / (raw[yardstick] / yardstick)
@@ -187,24 +211,26 @@ def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, 
               "(target <= 2 from 10,000 to 1,000,000)")
 
 
-def _testbed_round(n: int, model: str, keep: Path | None, runs_dir: Path | None) -> tuple[float, float]:
-    """Wall time and peak memory of `testbed run` for one round of ``n`` clients. Its run folder is
-    ``runs_dir``/fedavg-N-clients where given (kept: a killed run continues with `testbed resume`,
-    redoing its round), else a temporary one."""
+def _testbed_round(scenario: dict[str, Any], keep: Path | None, runs_dir: Path | None) -> tuple[float, float]:
+    """Wall time and peak memory of `testbed run` for one round of the scenario's clients. Its run
+    folder is ``runs_dir``/fedavg-N-clients where given (kept: a killed run continues with `testbed
+    resume`, redoing its round), else a temporary one."""
+    n = scenario["data"]["num_clients"]
+    setting = "digits-cnn" if scenario["data"]["dataset"] == "digits" else "table-mlp"
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = (runs_dir or Path(tmp)) / f"fedavg-{n}-clients"
         path = Path(tmp) / "s.yaml"
-        path.write_text(yaml.safe_dump(scale_scenario(n, model)))
+        path.write_text(yaml.safe_dump(scenario))
         seconds, peak_mb, _ = timed_with_peak_memory(
             [sys.executable, "-m", "testbed.cli", "run", str(path), "--run-dir", str(run_dir), "--quiet"])
         record = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
         if keep is not None:  # the run's own summary, with what only the benchmark sees
             summary = json.loads((run_dir / "summary.json").read_text())
             summary["benchmark"] = {"command_wall_s": round(seconds, 1), "peak_process_tree_mb": round(peak_mb),
-                                    "uploads_on_disk": record.get("uploads_on_disk", 0), "model": model}
+                                    "uploads_on_disk": record.get("uploads_on_disk", 0), "setting": setting}
             keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"fedavg-{n}-clients{'' if model == 'cnn' else '-' + model}.json").write_text(
-                json.dumps(summary, indent=1) + "\n")
+            suffix = "" if setting == "digits-cnn" else f"-{setting}"
+            (keep / f"fedavg-{n}-clients{suffix}.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"   testbed    N={n:>7}: trained {record['clients_trained']}/{record['clients_requested']}, "
           f"{seconds:.0f} s ({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB, "
           f"uploads staged on disk {record.get('uploads_on_disk', 0)}")
@@ -243,15 +269,15 @@ def main() -> None:
     parser.add_argument("--raw-scale", type=int, nargs="*", default=[])
     parser.add_argument("--skip-comparison", action="store_true", help="only section 3")
     parser.add_argument("--keep", type=Path, help="section 3: keep each testbed run's summary.json here")
-    parser.add_argument("--scale-model", choices=sorted(SCALE_MODELS), default="cnn",
-                        help="section 3's model (mlp: the million-client round)")
+    parser.add_argument("--scale-setting", choices=SCALE_SETTINGS, default="digits-cnn",
+                        help="section 3's data and model (table-mlp: the million-client round)")
     parser.add_argument("--runs-dir", type=Path, help="section 3: keep each testbed run's folder here")
     args = parser.parse_args()
     if not args.skip_comparison:
         testbed_vs_flower(args.rounds, args.clients)
         aggregation_times()
     if args.scale or args.raw_scale:
-        scale(args.scale, args.raw_scale, args.keep, args.scale_model, args.runs_dir)
+        scale(args.scale, args.raw_scale, args.keep, args.scale_setting, args.runs_dir)
 
 
 if __name__ == "__main__":
