@@ -266,3 +266,13 @@ def test_a_rounds_messages_are_built_as_pushed_and_are_flowers_messages(server_i
     assert len({id(m.content) for m in first + rest}) == 1 and first[0].content == flowers[0].content
     assert {m.metadata.message_type for m in first + rest} == {"train"}
     assert first[0].content["config"]["proximal-mu"] == 0.1  # the strategy's own config still reaches them
+
+
+def test_partitions_in_one_array_give_each_client_its_rows_an_empty_one_too():
+    from testbed.federated.setup import Partitions
+
+    partitions = Partitions.of([np.array([4, 1]), np.array([], dtype=np.int64), np.array([7, 0, 2])])
+    assert len(partitions) == 3 and [rows.tolist() for rows in partitions] == [[4, 1], [], [7, 0, 2]]
+    assert partitions[2].base is not None  # a view, not a copy per client
+    with pytest.raises(IndexError):
+        partitions[3]
