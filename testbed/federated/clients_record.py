@@ -30,7 +30,9 @@ from typing import Any
 from testbed.run import RunFolder
 
 CLIENTS_FILE = "clients.jsonl"
-ZERO_WEIGHT = 1e-6  # a weight at or below this counts as dropping the client
+# A weight at or below ZERO_WEIGHT counts as dropping the client, or at or below ZERO_SHARE of an
+# equal share where that is smaller: a federation of 10^6 clients gives each an equal 1e-6.
+ZERO_WEIGHT, ZERO_SHARE = 1e-6, 1e-2
 
 
 def learned_weights(history: Sequence[dict[str, Any]], ids: Sequence[int]) -> list[float] | None:
@@ -67,9 +69,9 @@ def attacker_auroc(weights: Sequence[float], byzantine: Sequence[bool]) -> float
     return float(roc_auc_score([bool(b) for b in byzantine], [-float(w) for w in weights]))
 
 
-def dropped(entry: dict[str, Any]) -> bool:
-    """Whether the rule gave the client (near) zero weight or flagged it."""
-    return bool(entry.get("flagged")) or entry["weight"] <= ZERO_WEIGHT
+def dropped(entry: dict[str, Any], clients: int) -> bool:
+    """Whether the rule gave the client (near) zero weight or flagged it, in a round of ``clients``."""
+    return bool(entry.get("flagged")) or entry["weight"] <= min(ZERO_WEIGHT, ZERO_SHARE / clients)
 
 
 def round_metrics(line: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def round_metrics(line: dict[str, Any]) -> dict[str, Any]:
     entries = list(line["clients"].values())
     byzantine = [e["byzantine"] for e in entries]
     scores = [e.get("learned", e["weight"]) for e in entries]
-    metrics: dict[str, Any] = {"honest_zeroed": sum(dropped(e) for e in entries if not e["byzantine"])}
+    metrics: dict[str, Any] = {"honest_zeroed": sum(dropped(e, len(entries)) for e in entries if not e["byzantine"])}
     auroc = attacker_auroc(scores, byzantine)
     if auroc is not None:
         metrics["attacker_auroc"] = auroc

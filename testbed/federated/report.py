@@ -244,7 +244,7 @@ class ClientWeightsSection(ReportSection):
         hit: dict[int, list[int]] = {}
         for line in rounds:
             for client, entry in line["clients"].items():
-                if not entry["byzantine"] and dropped(entry):
+                if not entry["byzantine"] and dropped(entry, len(line["clients"])):
                     hit.setdefault(int(client), []).append(int(line["round"]))
         if not hit:
             return "<p>No honest client was zeroed or flagged in any round.</p>"

@@ -59,6 +59,16 @@ def test_sdea_is_scored_by_its_learned_weights_and_flagged_honest_clients_count_
     assert round_metrics(clients_line([0, 1, 2], [0.2, 0.3, 0.5], None, None, {0}))["honest_zeroed"] == 0
 
 
+def test_an_equal_share_of_a_million_clients_is_not_zero_weight():
+    # FedAvg over 10^6 equal clients weighs each 1e-6, the absolute bar: none is dropped, one that
+    # gets a hundredth of its share is (1e-8), and at 20 clients the bar stays 1e-6.
+    n = 1_000_000
+    line = clients_line(range(n), [1 / n] * (n - 1) + [1e-8], None, None, malicious=set())
+    assert round_metrics(line)["honest_zeroed"] == 1
+    small = clients_line(range(20), [0.05] * 19 + [1e-6], None, None, malicious=set())
+    assert round_metrics(small)["honest_zeroed"] == 1
+
+
 def test_rewind_keeps_the_rounds_up_to_the_checkpoint_and_drops_a_torn_line(tmp_path):
     lines = [{"round": r, **clients_line([0, 1], [0.5, 0.5], None, None, {1})} for r in (1, 2, 3)]
     (tmp_path / CLIENTS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"round": 4, "cl')
