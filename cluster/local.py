@@ -156,9 +156,11 @@ def _process_and_descendants(pid: int) -> list[Any]:
 
 def _kill_survivors(processes: list[Any], grace_s: float = 10.0) -> None:
     """Wait ``grace_s`` for ``processes`` to exit, then SIGKILL (and wait for) any still running."""
+    import psutil
+
     alive = _wait_exited(processes, grace_s)
     for process in alive:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             process.kill()
     _wait_exited(alive, grace_s)
 
