@@ -190,7 +190,7 @@ def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = runs_dir or Path(tmp)
         data_dir.mkdir(parents=True, exist_ok=True)
-        ours = {n: _testbed_round(scale_scenario(n, setting, data_dir), keep, runs_dir) for n in clients}
+        ours = {n: _testbed_round(scale_scenario(n, setting, data_dir), setting, keep, runs_dir) for n in clients}
         raw: dict[int, float] = {}
         for n in raw_clients:
             command = [sys.executable, "-c", RAW_FLOWER, json.dumps(scale_scenario(n, setting, data_dir))]
@@ -211,12 +211,12 @@ def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, 
               "(target <= 2 from 10,000 to 1,000,000)")
 
 
-def _testbed_round(scenario: dict[str, Any], keep: Path | None, runs_dir: Path | None) -> tuple[float, float]:
+def _testbed_round(scenario: dict[str, Any], setting: str, keep: Path | None,
+                   runs_dir: Path | None) -> tuple[float, float]:
     """Wall time and peak memory of `testbed run` for one round of the scenario's clients. Its run
     folder is ``runs_dir``/fedavg-N-clients where given (kept: a killed run continues with `testbed
     resume`, redoing its round), else a temporary one."""
     n = scenario["data"]["num_clients"]
-    setting = "digits-cnn" if scenario["data"]["dataset"] == "digits" else "table-mlp"
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = (runs_dir or Path(tmp)) / f"fedavg-{n}-clients"
         path = Path(tmp) / "s.yaml"
