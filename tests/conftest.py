@@ -140,13 +140,15 @@ def _tier(item: pytest.Item) -> str:
 # scheduler `pytest_xdist_make_scheduler` replaces): by test file, so that a module-scoped fixture
 # (a Flower run several tests read) starts once; the cluster tier and the files that emulate a cluster
 # as one scope, one test at a time (a `ray start` head and the network namespaces are machine-wide);
-# the files whose tests are independent and long (one per paper's claims) test by test. The scheduler
-# sees node ids only, so these are paths; `pytest_collection_modifyitems` checks that every test using
-# a machine-wide fixture is in a cluster-scoped file. (pytest-xdist's own ``xdist_group`` marks cannot
+# the every-claim test (one test per paper) by the kind of the paper's scenarios, so that the papers of
+# one kind run one after another on one worker and share its warm server (the test file keeps it for
+# them: 5-7 s of imports each) while the kinds spread over both workers. The scheduler sees node ids
+# only, so these are paths; `pytest_collection_modifyitems` checks that every test using a
+# machine-wide fixture is in a cluster-scoped file. (pytest-xdist's own ``xdist_group`` marks cannot
 # do it: xdist 3.8 renames ``item._nodeid``, which pytest 9 no longer reads.)
 MACHINE_WIDE_FIXTURES = frozenset({"emulated_cluster", "three_node_cluster"})
 CLUSTER_SCOPED = ("tests/cluster/", "tests/core/test_engines.py")
-TEST_BY_TEST = ("tests/claims/test_reproduce_test_size.py",)
+BY_PAPER_KIND = "tests/claims/test_reproduce_test_size.py"
 
 
 def xdist_scope(nodeid: str) -> str:
@@ -154,7 +156,16 @@ def xdist_scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
     if path.startswith(CLUSTER_SCOPED):
         return "cluster"
-    return nodeid if path in TEST_BY_TEST else path
+    if path == BY_PAPER_KIND and nodeid.endswith("]"):
+        return f"{path}::{paper_kind(nodeid.rsplit('[', 1)[1][:-1])}"
+    return path
+
+
+def paper_kind(paper: str) -> str:
+    """The kind of a paper's scenarios, from their folder under scenarios/ (a paper's share one)."""
+    from testbed.claims.papers import PAPERS
+
+    return PAPERS[paper].scenarios[0].split("/")[0] if paper in PAPERS else paper
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -1,12 +1,12 @@
 """`testbed reproduce --size test` evaluates every statement of every paper (its verdicts mean nothing
 at this size), renders no report on the way, and rewriting the docs from its result files changes no
-byte. One test per paper, so that pytest-xdist spreads them and a failure names its paper."""
+byte. One test per paper, so that a failure names its paper; the papers of one kind run one after
+another on one pytest-xdist worker (tests/conftest.py, `xdist_scope`), in its process, and share the
+warm server their variants are forked from, kept while this file's tests run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +14,17 @@ import pytest
 from testbed.claims.docs import BEGIN, END, splice
 from testbed.claims.papers import PAPERS
 from testbed.claims.reproduce import load, repository_root, reproduce
+from testbed.engines.warm import servers_kept
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _reproduce(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "reproduce", *map(str, args), "--quiet"],
-                          cwd=ROOT, env={**os.environ, "CI": "1"}, capture_output=True, text=True, timeout=3600)
+@pytest.fixture(scope="module")
+def warm_servers() -> Iterator[None]:
+    """One warm server per kind for the papers this worker runs in a row, not one per paper (each
+    starts in 5-7 s of imports); stopped when the worker leaves this file."""
+    with servers_kept():
+        yield
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -31,14 +35,15 @@ def _files(folder: Path) -> dict[str, bytes]:
 @pytest.mark.integration
 @pytest.mark.slow
 @pytest.mark.parametrize("paper", list(PAPERS))
-def test_every_claim_of_the_paper_evaluates_at_the_test_size(paper, tmp_path):
+def test_every_claim_of_the_paper_evaluates_at_the_test_size(paper, tmp_path, cli, warm_servers, monkeypatch):
     runs = tmp_path / "runs"
-    done = _reproduce(paper, "--size", "test", "--runs-dir", runs)
+    monkeypatch.chdir(ROOT)  # the checkout whose scenarios reproduce reads, wherever pytest started
+    code, out, err = cli("reproduce", paper, "--size", "test", "--runs-dir", runs, "--quiet")
 
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert code == 0, err[-3000:]
     expected = {f"{paper}: {statement.id}" for path in PAPERS[paper].scenarios
                 for statement in load(ROOT, path, "test").claims.statements}
-    lines = done.stdout.splitlines()
+    lines = out.splitlines()
     assert expected <= {": ".join(line.split(": ")[:2]) for line in lines}
     # Every statement was called on two paired seeds: none is left pending for want of a run.
     assert not [line for line in lines if ": pending" in line]

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import TierViolation, _unit_guard
+from tests.conftest import TierViolation, _unit_guard, xdist_scope
 
 
 def test_this_test_is_unit_only(request):
@@ -55,3 +55,14 @@ def test_the_cluster_folder_the_marker_and_the_listed_fixtures_make_their_tests_
     assert _tier(Item(tests / "core" / "test_engines.py", ["three_node_cluster"])) == "integration"
     assert _tier(Item(tests / "core" / "test_units.py", ["tmp_path"])) == "unit"
     assert _tier(Item(tests / "core" / "test_units.py", ["tmp_path"], ["integration"])) == "integration"
+
+
+def test_the_every_claim_test_goes_to_the_workers_kind_by_kind():
+    # The workload papers in one scope share one warm server; the kinds still spread over both workers.
+    claims = "tests/claims/test_reproduce_test_size.py"
+    every = f"{claims}::test_every_claim_of_the_paper_evaluates_at_the_test_size"
+    assert xdist_scope(f"{every}[aco]") == xdist_scope(f"{every}[atradiff]") == f"{claims}::workloads"
+    assert xdist_scope(f"{every}[packing]") == xdist_scope(f"{every}[outeffhop]") == f"{claims}::pretrain"
+    assert xdist_scope(f"{every}[sdea]") == f"{claims}::federated"
+    assert xdist_scope(f"{claims}::test_reproduce_finds_the_checkout") == claims
+    assert xdist_scope("tests/cluster/test_cluster.py::t") == xdist_scope("tests/core/test_engines.py::t") == "cluster"
