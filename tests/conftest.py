@@ -173,6 +173,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None  # xdist's own scheduler
     from xdist.scheduler import LoadScopeScheduling
 
+    # Scopes start in collection order: tests/claims (the SDEA claims, 7 minutes of Flower runs) and
+    # tests/cluster (the serial cluster tier, as long) first. xdist's default starts the scopes with
+    # the most tests first, which put the one-test SDEA scope last and made it the suite's tail.
+    config.option.loadscopereorder = False
+
     class SuiteScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
