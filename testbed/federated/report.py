@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 from matplotlib.patches import Rectangle
 
-from testbed.errors import UserError
 from testbed.federated.answer import AnswerSection
 from testbed.federated.baselines_report import BaselinesSection
-from testbed.federated.clients_record import CLIENTS_FILE, dropped, read_rounds
+from testbed.federated.clients_record import ClientsRound, read_rounds
 from testbed.federated.privacy_report import PrivacySection
 from testbed.report.plots import figure_image, numeric_series, plot_curve, pyplot
 from testbed.report.render import RunData
@@ -110,46 +109,23 @@ class RobustnessSection(ReportSection):
         return image("malicious-weight.png", "weight given to Byzantine clients")
 
 
-def client_matrices(rounds: list[dict[str, Any]]) -> tuple[list[int], list[int], dict[str, np.ndarray], np.ndarray]:
-    """From clients.jsonl's lines: partition ids, round numbers, the ``weight`` (and SDEA's ``learned``)
+def client_matrices(rounds: list[ClientsRound]) -> tuple[list[int], list[int], dict[str, np.ndarray], np.ndarray]:
+    """From clients.jsonl's rounds: partition ids, round numbers, the ``weight`` (and SDEA's ``learned``)
     matrices client x round (NaN: the client did not reply), and which cells the rule flagged."""
-    ids = sorted({int(c) for line in rounds for c in line["clients"]})
-    rows = {client: row for row, client in enumerate(ids)}
-    numbers = [int(line["round"]) for line in rounds]
-    learned = any("learned" in entry for line in rounds for entry in line["clients"].values())
-    keys = ["weight", "learned"] if learned else ["weight"]
+    ids = np.unique(np.concatenate([r.ids for r in rounds]))
+    numbers = [r.round for r in rounds]
+    keys = ["weight", "learned"] if any(r.learned is not None for r in rounds) else ["weight"]
     matrices = {key: np.full((len(ids), len(rounds)), np.nan) for key in keys}
     flagged = np.zeros((len(ids), len(rounds)), dtype=bool)
-    for col, line in enumerate(rounds):
-        for client, entry in line["clients"].items():
-            row = rows[int(client)]
-            for key in keys:
-                matrices[key][row, col] = entry.get(key, np.nan)
-            flagged[row, col] = bool(entry.get("flagged"))
-    return ids, numbers, matrices, flagged
-
-
-def checked_rounds(rounds: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """clients.jsonl's lines, where each has the round loop's shape (`clients_line`); a line of
-    another shape (an edited or damaged file) is a `UserError` naming the file and line."""
-    for number, line in enumerate(rounds, 1):
-        clients = line.get("clients")
-        if type(line.get("round")) is not int or not isinstance(clients, dict) \
-                or not all(_client_entry(client, entry) for client, entry in clients.items()):
-            raise UserError(f"{path}, line {number}: not a round of the per-client record (a 'round' number and "
-                            "'clients' mapping partition ids to their byzantine, weight, flagged and learned "
-                            "values); the run folder was altered")
-    return rounds
-
-
-def _client_entry(client: str, entry: Any) -> bool:
-    """Whether one client's entry of a clients.jsonl line has the shape `clients_line` writes."""
-    def number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    return client.isascii() and client.isdigit() and len(client) <= 9 and isinstance(entry, dict) \
-        and type(entry.get("byzantine")) is bool and number(entry.get("weight")) \
-        and type(entry.get("flagged", False)) is bool and number(entry.get("learned", 0.0))
+    for col, record in enumerate(rounds):
+        rows = np.searchsorted(ids, record.ids)
+        for key in keys:
+            values = getattr(record, key)
+            if values is not None:
+                matrices[key][rows, col] = values
+        if record.flagged is not None:
+            flagged[rows, col] = record.flagged
+    return ids.tolist(), numbers, matrices, flagged
 
 
 TITLES = {"weight": "aggregation weight", "learned": "SDEA learned weight (softmax, before filtering)"}
@@ -219,11 +195,11 @@ class ClientWeightsSection(ReportSection):
     title = "Client weights per round"
 
     def render(self, data: RunData, out_dir: Path) -> str:
-        rounds = checked_rounds(read_rounds(data.path), data.path / CLIENTS_FILE)
+        rounds = read_rounds(data.path)
         if not rounds:
             return ""  # no rule with per-client weights, or a run from before the record
         ids, numbers, matrices, flagged = client_matrices(rounds)
-        byzantine = {int(c) for line in rounds for c, e in line["clients"].items() if e["byzantine"]}
+        byzantine = {int(client) for record in rounds for client in record.ids[record.byzantine]}
         shown = heatmap_rows(ids, matrices["weight"], byzantine)
         note = (f" Of the {len(ids)} clients the heatmap shows {len(shown)}: the Byzantine ones, then the honest "
                 "ones with the lowest mean weight." if len(shown) < len(ids) else "")
@@ -239,13 +215,12 @@ class ClientWeightsSection(ReportSection):
         return "".join(parts)
 
     @staticmethod
-    def _dropped_table(rounds: list[dict[str, Any]], data: RunData) -> str:
+    def _dropped_table(rounds: list[ClientsRound], data: RunData) -> str:
         """One row per honest client the rule ever zeroed or flagged: its data and the rounds."""
         hit: dict[int, list[int]] = {}
-        for line in rounds:
-            for client, entry in line["clients"].items():
-                if not entry["byzantine"] and dropped(entry, len(line["clients"])):
-                    hit.setdefault(int(client), []).append(int(line["round"]))
+        for record in rounds:
+            for client in record.honest_dropped().tolist():
+                hit.setdefault(client, []).append(record.round)
         if not hit:
             return "<p>No honest client was zeroed or flagged in any round.</p>"
         histograms = data.artifacts.get("label_histograms")

@@ -35,7 +35,14 @@ from testbed.errors import ResumableFailure, UserError
 from testbed.federated.attacks import registered_attacks
 from testbed.federated.backdoor import backdoor_metrics
 from testbed.federated.client import PARTITION_KEY
-from testbed.federated.clients_record import append_round, clients_line, learned_weights, rewind, round_metrics
+from testbed.federated.clients_record import (
+    ClientsRound,
+    append_round,
+    clients_round,
+    learned_weights,
+    rewind,
+    round_metrics,
+)
 from testbed.federated.dp import dp_checkpoint, restore_dp
 from testbed.federated.optimizer_state import optimizer_checkpoint, restore_optimizer
 from testbed.federated.privacy import RoundAccountant, last_round, privacy_metrics, round_accountant
@@ -130,7 +137,7 @@ class RoundLoop:
         build_messages_as_pushed(strategy)
         self.start_round, self.state = start_round, global_state
         self.error: BaseException | None = None
-        self.clients_line: dict[str, Any] | None = None  # the round's per-client record (`clients_record`)
+        self.clients_round: ClientsRound | None = None  # the round's per-client record (`clients_record`)
         self.stop = threading.Event()  # set from the driver's main thread: leave now, write nothing more
         self.nodes: dict[int, int] = {}  # partition id -> Flower node id, learned when clients are sampled
         self.declared = answering(setup)  # what the strategy declares: streamed uploads, client weights
@@ -173,8 +180,8 @@ class RoundLoop:
                     return
                 self._check_finite(server_round, record)  # before the diverged model is recorded or checkpointed
                 self.ctx.log_metrics(record)
-                if self.clients_line is not None:
-                    append_round(self.ctx.run, server_round, self.clients_line)
+                if self.clients_round is not None:
+                    append_round(self.ctx.run, self.clients_round)
                 if server_round % config.checkpoint_every == 0 or server_round == last:
                     self.ctx.run.save_checkpoint(server_round, {"global_state": self.state,
                                                                 **dp_checkpoint(self.strategy),
@@ -234,7 +241,7 @@ class RoundLoop:
             **({"attack_skipped": 1} if attack_skipped else {}),
             **({"uploads_on_disk": spilled} if spilled else {}),
             "train_s": round(train_s, 4), "aggregation_s": round(aggregation_s, 6),
-            **self._weights_record(received, new_arrays),
+            **self._weights_record(server_round, received, new_arrays),
         }
 
     def _receive(self, grid: Grid, messages: Iterable[Message], timeout: float,
@@ -373,25 +380,28 @@ class RoundLoop:
         return poison_states(craft, states, global_vector, mask, parameter_mask(self.state, names), generator,
                              **params)
 
-    def _weights_record(self, received: RoundReplies, new_arrays: ArrayRecord | None) -> dict[str, Any]:
+    def _weights_record(self, server_round: int, received: RoundReplies,
+                        new_arrays: ArrayRecord | None) -> dict[str, Any]:
         """Weight the rule gave to Byzantine clients, detection quality for rules that flag, and how it
         treated each client (``attacker_auroc``, ``honest_zeroed``; the line `run` appends to clients.jsonl)."""
         ids = received.ids
         weights, flagged = (None, None) if self.declared is None else self.declared.client_weights(
             self.strategy, ids, received.replies, new_arrays, received.examples)
         if weights is None:
-            self.clients_line = None
+            self.clients_round = None
             return {}
         history = getattr(self.strategy, "history", [])  # SDEA's learned weights (`testbed.strategies.RobustFedAvg`)
-        self.clients_line = clients_line(ids, weights, flagged, learned_weights(history, ids), self.setup.malicious)
-        malicious = [i in self.setup.malicious for i in ids]
-        record: dict[str, Any] = {"malicious_weight": float(sum(w for w, m in zip(weights, malicious) if m))}
-        if flagged is not None:
-            hits = sum(f and m for f, m in zip(flagged, malicious))
-            record["detection_precision"] = (hits / sum(flagged) if any(flagged)
-                                             else (1.0 if not any(malicious) else 0.0))
-            record["detection_recall"] = hits / sum(malicious) if any(malicious) else 1.0
-        judged = round_metrics(self.clients_line)
+        clients = self.clients_round = clients_round(server_round, ids, weights, flagged,
+                                                     learned_weights(history, ids), self.setup.malicious)
+        malicious = clients.byzantine
+        # A sum in client order, as before the record held arrays: numpy's pairwise sum rounds otherwise.
+        record: dict[str, Any] = {"malicious_weight": float(sum(clients.weight[malicious].tolist()))}
+        if clients.flagged is not None:
+            hits = int((clients.flagged & malicious).sum())
+            record["detection_precision"] = (hits / int(clients.flagged.sum()) if clients.flagged.any()
+                                             else (1.0 if not malicious.any() else 0.0))
+            record["detection_recall"] = hits / int(malicious.sum()) if malicious.any() else 1.0
+        judged = round_metrics(clients)
         if self.declared is not None and self.declared.streamed:
             # FedAvg's kind weighs each client by its data size: an AUROC of those weights measures
             # how much data the attackers hold, not a detection, so it is not recorded.

@@ -17,6 +17,7 @@ from flwr.serverapp import strategy as flower
 from pydantic import ValidationError
 
 from testbed.faults import KILL_AFTER_RECORDS
+from testbed.federated.clients_record import read_rounds
 from testbed.federated.config import FederatedConfig, SamplingConfig
 from testbed.federated.sampling import clients_per_round, sample_clients
 from testbed.federated.strategies import registered_strategies
@@ -113,9 +114,9 @@ def test_every_strategy_trains_exactly_the_seeds_sample_each_round(sampled_run):
 def test_only_the_sampled_clients_reply(sampled_run):
     """The per-client record of a rule that weighs clients holds exactly the sampled partitions."""
     rounds = _records(sampled_run / "baselines" / "dnc")
-    lines = _records(sampled_run / "baselines" / "dnc", "clients.jsonl")
+    lines = read_rounds(sampled_run / "baselines" / "dnc")
 
-    assert [sorted(map(int, line["clients"])) for line in lines] == [r["clients_sampled"] for r in rounds]
+    assert [sorted(line.ids.tolist()) for line in lines] == [r["clients_sampled"] for r in rounds]
 
 
 @pytest.mark.integration
