@@ -27,7 +27,7 @@ no weight, or flagged).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,18 +140,18 @@ def _columns(line: dict[str, Any]) -> ClientsRound | None:
     if type(line.get("round")) is not int or not isinstance(ids, list) \
             or not all(type(i) is int and 0 <= i <= MAX_PARTITION_ID for i in ids):
         return None
-    columns = {key: line.get(key) for key in ("byzantine", "weight", "flagged", "learned")}
-    kinds = {"byzantine": _bools, "weight": _numbers, "flagged": _bools, "learned": _numbers}
-    optional = ("flagged", "learned")
-    if any(not (value is None and key in optional) and not (isinstance(value, list) and len(value) == len(ids)
-                                                            and kinds[key](value))
-           for key, value in columns.items()):
+    def column(key: str, valid: Callable[[list[Any]], bool]) -> bool:
+        value = line.get(key)
+        return isinstance(value, list) and len(value) == len(ids) and valid(value)
+
+    if not (column("byzantine", _bools) and column("weight", _numbers)
+            and ("flagged" not in line or column("flagged", _bools))
+            and ("learned" not in line or column("learned", _numbers))):
         return None
-    flagged, learned = columns["flagged"], columns["learned"]
-    return ClientsRound(line["round"], np.asarray(ids, dtype=np.int64), np.asarray(columns["byzantine"], dtype=bool),
-                        np.asarray(columns["weight"], dtype=np.float64),
-                        None if flagged is None else np.asarray(flagged, dtype=bool),
-                        None if learned is None else np.asarray(learned, dtype=np.float64))
+    return ClientsRound(line["round"], np.asarray(ids, dtype=np.int64), np.asarray(line["byzantine"], dtype=bool),
+                        np.asarray(line["weight"], dtype=np.float64),
+                        np.asarray(line["flagged"], dtype=bool) if "flagged" in line else None,
+                        np.asarray(line["learned"], dtype=np.float64) if "learned" in line else None)
 
 
 def _mapping(line: dict[str, Any]) -> ClientsRound | None:
@@ -198,4 +198,5 @@ def append_round(run: RunFolder, record: ClientsRound) -> None:
 def rewind(run: RunFolder, last_round: int) -> None:
     """Keep the lines of rounds up to ``last_round`` (the checkpoint a run resumes from), which
     also drops a torn last line; the resumed run appends the later rounds again."""
-    run.keep_records(CLIENTS_FILE, lambda line: line.get("round", 0) <= last_round)
+    # A line without a round number (an altered file) stays, for the report to name it.
+    run.keep_records(CLIENTS_FILE, lambda line: type(line.get("round")) is not int or line["round"] <= last_round)
