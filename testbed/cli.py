@@ -195,6 +195,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             scenario = validate_raw(_without_sweep(load_raw(file, args.overrides)), file, args.overrides)
         else:
             scenario = load_scenario(file, args.overrides)
+        if scenario.sweep is not None:
+            from testbed.sweep_shared import check
+
+            check(scenario, file)  # before preflight, which asks a cluster
         preflight(scenario, file)
         if scenario.sweep is not None:
             variants = expand_variants(load_raw(file, args.overrides), file)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -71,6 +72,11 @@ class Runner(ABC):
         """The rows of the auditor's page (`testbed.report.audit_page`): each privacy or robustness
         promise of the run's scenario and what the run measured of it; none by default."""
         return []
+
+    def kept_across_runs(self) -> AbstractContextManager[None]:
+        """What the runs of one process may share while the block is open (`testbed.sweep_shared`:
+        a sweep's variants run one after another in one process); nothing by default."""
+        return nullcontext()
 
     @abstractmethod
     def run(self, ctx: RunContext) -> dict[str, Any]:

@@ -77,9 +77,11 @@ class SweepConfig(StrictModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     variants: list[dict[str, Any]] = Field(default_factory=list)
     parallel: int | None = Field(None, gt=0, description="variants at once; default: CPUs / 2")
-    processes: Literal["warm", "fresh"] = Field("warm", description=(
+    processes: Literal["warm", "fresh", "shared"] = Field("warm", description=(
         "warm: each variant's process is forked from one that imported torch and the rest once; "
-        "fresh: a new interpreter per variant, paying those imports each time"))
+        "fresh: a new interpreter per variant, paying those imports each time; shared: each of the "
+        "parallel slots is one warm process that runs its variants one after another on one Ray "
+        "with the same client actors (local engine; many small federated variants)"))
     metrics: list[str] = Field(default_factory=list, description=(
         "final metrics the comparison report tabulates and plots; default: test accuracy and loss "
         "where the runs report them, otherwise every numeric final metric the variants share"))

@@ -12,7 +12,9 @@ process, or placement hosts on the cluster's machines, each thread waiting on on
 A variant's process is forked from a warm server (`testbed.engines.warm`, one per machine) that
 imported torch, scikit-learn and the kind's modules once (`testbed.kinds.warm_modules`), so it
 starts in milliseconds instead of seconds; it is still a process of its own, with its exit code.
-``sweep.processes: fresh`` starts a new interpreter per variant instead.
+``sweep.processes: fresh`` starts a new interpreter per variant instead; ``shared`` runs the variants
+of each of the ``parallel`` slots one after another in one warm process that keeps its Ray and its
+client actors (`testbed.sweep_shared`).
 
 Ctrl-C on a sweep on this machine is passed on to the variant processes running (each stops as a
 run does, resumable), no further variant starts, and the sweep exits 130 once they have exited;
@@ -42,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from testbed import kinds
+from testbed import kinds, sweep_shared
 from testbed.engines.config import EngineSettings
 from testbed.engines.registry import placement_engine
 from testbed.engines.warm import WarmProcess, WarmServerError, warm_server
@@ -156,6 +158,7 @@ def run_sweep(raw: dict[str, Any], scenario: Scenario, source: str, run_dir: Pat
         check_claims(scenario.claims, variants, source)
     if only is not None:
         variants = {slug: variant for slug, variant in variants.items() if slug in only}
+    sweep_shared.check(scenario, source)
     sweep_run = _open_sweep_folder(run_dir, raw, overrides)  # locked: one sweep process at a time
     _interrupted.clear()
     try:
@@ -188,13 +191,22 @@ def _run_variants(sweep_run: RunFolder, variants: dict[str, dict[str, Any]], sce
         atomic_write(variants_dir / f"{slug}.yaml", yaml.safe_dump(variant, sort_keys=False).encode())
         failure_marker(variants_dir / slug).unlink(missing_ok=True)  # an earlier sweep's: this one retries it
     assert scenario.sweep is not None  # the CLI runs sweep scenarios only here
-    warm = kinds.warm_modules(scenario.kind) if scenario.sweep.processes == "warm" else None
+    processes = scenario.sweep.processes
+    warm = kinds.warm_modules(scenario.kind) if processes in ("warm", "shared") else None
     zygote = kinds.launches_ranks(scenario.kind)
-    tasks = [(str(variants_dir / slug), scenario.engine, warm, reports, zygote) for slug in variants]
+    folders = [str(variants_dir / slug) for slug in variants]
     parallel = parallel or scenario.sweep.parallel or max(1, (os.cpu_count() or 2) // 2)
     monitor = SweepMonitor(variants_dir, list(variants), display_mode(quiet), tuple(scenario.sweep.metrics[:1]))
     with monitor, placement_engine(scenario.engine) as engine:
-        results = engine.map(run_variant, tasks, parallel=parallel)
+        if processes == "shared":
+            slots = sweep_shared.slots(folders, parallel)
+            ran = engine.map(run_shared_slot, [(slot, scenario.engine, warm, reports) for slot in slots],
+                             parallel=parallel)
+            by_folder = {folder: result for slot, results in zip(slots, ran) for folder, result in zip(slot, results)}
+            results = [by_folder[folder] for folder in folders]
+        else:
+            results = engine.map(run_variant, [(folder, scenario.engine, warm, reports, zygote) for folder in folders],
+                                 parallel=parallel)
         statuses = {slug: result for slug, result in zip(variants, results)}
         monitor.close(statuses)
     sweep_run.write_summary({"name": scenario.name, "kind": "sweep", "variants": statuses,
@@ -264,6 +276,41 @@ def run_variant(folder: str, engine: EngineSettings, warm_modules: Sequence[str]
     return _failed(run, {"status": "failed", "exit_code": returncode, "error": error})
 
 
+def run_shared_slot(folders: list[str], engine: EngineSettings, warm_modules: Sequence[str] | None = None,
+                    report: bool = True) -> list[dict[str, Any]]:
+    """Run the variants ``folders`` one after another in one process (`testbed.sweep_shared`),
+    forked from this process's warm server (or fresh, with None); each one's result as `run_variant`
+    gives it."""
+    done_before = {folder for folder in folders if RunFolder(folder).completed}
+    returncode = 0
+    if not _interrupted.is_set() and len(done_before) < len(folders):
+        env = engine.child_environment({**os.environ, "CI": os.environ.get("CI", "1")})
+        try:
+            returncode, _, _ = _run_variant_process(sweep_shared.slot_arguments(folders, report), env, warm_modules,
+                                                    module=sweep_shared.MODULE)
+        except WarmServerError as exc:
+            return [_failed(RunFolder(folder), {"status": "failed", "exit_code": 1, "error": str(exc)})
+                    for folder in folders]
+    return [_shared_result(RunFolder(folder), folder in done_before, returncode) for folder in folders]
+
+
+def _shared_result(run: RunFolder, done_before: bool, returncode: int) -> dict[str, Any]:
+    """A variant's result once its slot's process has exited: from its folder, or from the failure
+    marker the slot wrote, or, where it wrote none, why the variant never finished."""
+    if run.completed:
+        summary = run.read_summary()
+        assert summary is not None  # a completed run has its summary
+        return {"status": "completed", "skipped": done_before, "final_metrics": summary["final_metrics"]}
+    marker = failure_marker(run.path)
+    if marker.is_file():
+        return json.loads(marker.read_text())
+    if _interrupted.is_set() or returncode == 130:
+        return _failed(run, {"status": "failed", "exit_code": 130, "error": "interrupted before it finished"})
+    what = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    return _failed(run, {"status": "failed", "exit_code": returncode,
+                         "error": f"its shared process ended ({what}) before it finished"})
+
+
 def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
     """``result``, also left beside the variant's folder (where the sweep's status display, which
     may run on another node than this variant, reads it)."""
@@ -275,16 +322,16 @@ def _failed(run: RunFolder, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_variant_process(args: list[str], env: dict[str, str], warm_modules: Sequence[str] | None,
-                         zygote: bool = False) -> tuple[int, str, str]:
-    """Run a variant's ``testbed ARGS`` process to its end: its exit code, stdout and stderr.
-    Interrupted (the sweep's SIGINT is passed on to it), it is given `VARIANT_STOP_S` to stop as
-    a run does before it is killed."""
+                         zygote: bool = False, module: str = CLI) -> tuple[int, str, str]:
+    """Run a variant's ``testbed ARGS`` process (or another ``module``'s: a shared slot's) to its
+    end: its exit code, stdout and stderr. Interrupted (the sweep's SIGINT is passed on to it), it is
+    given `VARIANT_STOP_S` to stop as a run does before it is killed."""
     process: subprocess.Popen | WarmProcess
     if warm_modules is None:
-        process = subprocess.Popen([sys.executable, "-m", CLI, *args], env=env, stdout=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-m", module, *args], env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
     else:
-        process = warm_server(warm_modules, env).start(CLI, args, zygote=zygote)
+        process = warm_server(warm_modules, env).start(module, args, zygote=zygote)
     with process:
         with _variants_guard:
             _variant_processes.add(process)

@@ -18,7 +18,9 @@ records "verified at <commit>" where the verdicts and numbers hold (`testbed.cla
 ``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
 seeds, writes its result files and docs under the runs folder (never the repository's docs) and
 checks that every predicate evaluates; its verdicts mean nothing, so its sweeps render no reports
-(plotting took longer than training a variant at that size; ``testbed report`` renders one).
+(plotting took longer than training a variant at that size; ``testbed report`` renders one), and
+run their variants in shared processes where they may (`testbed.sweep_shared`: a tiny federated
+variant was mostly the start of its Ray and its client actor).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed import sweep_shared
 from testbed.claims import check, docs, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import Verdict, check_claims, evaluate, selects
@@ -108,6 +111,12 @@ def test_sized(raw: dict[str, Any], source: str) -> dict[str, Any]:
             raise ScenarioError(f"{source}: claims.test_size.set: {key}: {str(err).split(': ', 1)[-1]}") from None
     sweep = sized.setdefault("sweep", {})
     sweep["parallel"] = max(2, sweep.get("parallel") or 0)  # tiny variants: two at a time even on 2 cores
+    engine = sized.get("engine")
+    engine_type = engine.get("type", "local") if isinstance(engine, dict) else "local"
+    if sweep_shared.refusal(str(sized.get("kind")), str(engine_type)) is None:
+        # Most of a tiny federated variant's CPU is starting Ray and a client actor: one slot's
+        # variants share them (`testbed.sweep_shared`).
+        sweep["processes"] = "shared"
     grid = sweep.setdefault("grid", {})
     grid.update({"seed": TEST_SEEDS, **(own.get("grid") or {})})
     claims["seeds"] = len(grid["seed"])

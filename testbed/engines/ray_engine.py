@@ -66,17 +66,19 @@ class _RayEngine(Engine):
     def start(self) -> None:
         import ray
 
-        if ray.is_initialized():
-            return
-        # Keep Ray from rewriting CUDA_VISIBLE_DEVICES for CPU-only tasks (and from warning about it).
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-        ray.init(**self._init_args(), logging_level=logging.ERROR, log_to_driver=not self.quiet,
-                 configure_logging=True)
-        divert_ray_workers()  # into the run's log, unless --verbose
-        self._owns_ray = True
-        # Described now: components that drive Ray themselves (Flower) shut it down when they finish.
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        self._cluster = {"nodes": len(nodes), "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes)}
+        if not ray.is_initialized():
+            # Keep Ray from rewriting CUDA_VISIBLE_DEVICES for CPU-only tasks (and from warning about it).
+            os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+            ray.init(**self._init_args(), logging_level=logging.ERROR, log_to_driver=not self.quiet,
+                     configure_logging=True)
+            divert_ray_workers()  # into the run's log, unless --verbose
+            self._owns_ray = True
+        if not self._cluster:
+            # Described now, also where this process's Ray was started before (a sweep's shared
+            # process, `testbed.sweep_shared`): components that drive Ray themselves (Flower) shut it
+            # down when they finish.
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            self._cluster = {"nodes": len(nodes), "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes)}
 
     def shutdown(self) -> None:
         import ray

@@ -10,9 +10,12 @@ compiler stack at its first optimizer step (3-5 CPU s on two cores before its fi
 Within `ray_outlives_simulation` a simulation that ends kills its actors but leaves Ray to the
 engine that started it (`testbed.engines`), which stops it when the run ends or is interrupted.
 
-Within `shared_client_actors` (a run's own federation and its baselines) the ending simulation's
-pool is kept instead, when every actor is idle, and the next simulation's backend is given it when
-it asks for actors with the same resources on the same Ray. They are Flower's own
+Within `shared_client_actors` (a run's own federation and its baselines; the runs of a sweep's
+shared process, `testbed.sweep_shared`, which opens the outer block the runs' own blocks then
+join) the ending simulation's pool is kept instead, when every actor is idle, and the next
+simulation's backend is given it when it asks for actors with the same resources on the same Ray;
+a kept pool that does not fit is killed before a new one is built (its idle actors hold the CPUs
+the new pool is sized to). They are Flower's own
 `ClientAppActor`s, which run whatever ClientApp each message carries: a client's randomness comes
 from the seed tree (its partition, its round), its data and set-up from caches keyed by the whole
 scenario text (`testbed.federated.client`), so an actor that trained another arm's clients gives the
@@ -47,9 +50,15 @@ def _pool_key(backend: RayBackend) -> tuple[Any, ...]:
 
 
 def _build_reusing(self: RayBackend, app_fn: Callable[[], Any]) -> None:
-    """`RayBackend.build`, given the kept pool that fits when there is one."""
+    """`RayBackend.build`, given the kept pool that fits when there is one; the kept pools on the
+    same Ray that do not fit are killed first."""
+    key = _pool_key(self)
     with _INSTALL_LOCK:
-        pool = _kept.pop(_pool_key(self), None) if _kept is not None else None
+        kept = _kept if _kept is not None else {}
+        pool = kept.pop(key, None)
+        misfits = [kept.pop(other) for other in list(kept) if other[0] == key[0]] if pool is None else []
+    for misfit in misfits:
+        misfit.terminate_all_actors()
     if pool is None:
         _FLOWER_BUILD(self, app_fn)
         return
@@ -110,18 +119,22 @@ def ray_outlives_simulation() -> Iterator[None]:
 @contextmanager
 def shared_client_actors() -> Iterator[None]:
     """Within the block, the client actors of a simulation that ended serve the next one that asks
-    for the same resources on the same Ray; those still kept at its end are killed."""
+    for the same resources on the same Ray; those still kept at its end are killed. A block opened
+    inside another leaves them to the outer one (a shared sweep process's, around its runs')."""
     global _kept
     _check_flower_backend()
     with _INSTALL_LOCK:
-        if _kept is not None:
-            raise RuntimeError("shared_client_actors is already open in this process")
-        _kept = {}
+        nested = _kept is not None
+        if not nested:
+            _kept = {}
+    if nested:
+        yield
+        return
     try:
         with _replaced("build", _build_reusing, _FLOWER_BUILD):
             yield
     finally:
         with _INSTALL_LOCK:
-            pools, _kept = list(_kept.values()), None
+            pools, _kept = list((_kept or {}).values()), None
         for pool in pools:
             pool.terminate_all_actors()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UserError
@@ -61,6 +61,12 @@ class FederatedRunner(Runner):
         from testbed.federated.findings import federated_findings
 
         return federated_findings(data)
+
+    def kept_across_runs(self) -> AbstractContextManager[None]:
+        """The client actors: the next run's simulation trains on those of the last."""
+        from testbed.federated.actor_pool import shared_client_actors
+
+        return shared_client_actors()
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
         from testbed.federated.actor_pool import shared_client_actors

@@ -44,8 +44,9 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.workloads.base", "testbed.workloads.registry", "testbed.workloads.training", "testbed.workloads.audits",
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps", "testbed.claims.check"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
-    ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.claims.reproduce"),
-    ("testbed.cli",),
+    ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.sweep_shared",
+     "testbed.claims.reproduce"),
+    ("testbed.cli", "testbed.sweep_slot"),  # a shared sweep slot runs each variant with the CLI
 ]
 STANDALONE = ("testbed.strategies", "testbed.topologies")  # import nothing else of the testbed
 

@@ -71,16 +71,19 @@ def test_the_next_simulation_gets_the_idle_actors_of_the_last_on_the_same_ray(on
         with ray_outlives_simulation():
             second.build("app-2")
             assert second.pool is first.pool and second.app_fn == "app-2" and built == ["app-1"]
-            second.terminate()
-        other = _backend(cpus=2.0)  # other resources: a pool of its own
-        other.build("app-3")
-        assert other.pool is not first.pool and built == ["app-1", "app-3"]
+            second.terminate()  # kept again
         node["id"] = "node-b"  # Ray started again: the kept actors died with the old one
         again = _backend()
-        again.build("app-4")
-        assert again.pool is not first.pool and built == ["app-1", "app-3", "app-4"]
-        assert killed == []
-    assert killed == ["built-1"]  # what was still kept dies with the block (the others ran no simulation)
+        again.build("app-3")
+        assert again.pool is not first.pool and built == ["app-1", "app-3"]
+        assert killed == []  # the old Ray's pool is not touched: its actors died with it
+        with ray_outlives_simulation():
+            again.terminate()
+        other = _backend(cpus=2.0)  # other resources: a pool of its own, once the misfit kept on this Ray is gone
+        other.build("app-4")
+        assert other.pool is not again.pool and built == ["app-1", "app-3", "app-4"]
+        assert killed == ["built-2"]
+    assert killed == ["built-2", "built-1"]  # what was still kept dies with the block
     assert RayBackend.build is actor_pool._FLOWER_BUILD  # what the block found (here the stand-in for Flower's)
 
 
@@ -94,10 +97,20 @@ def test_a_pool_with_busy_actors_is_killed_not_kept(one_ray):
     assert killed == ["interrupted", "idle"]
 
 
-def test_the_block_does_not_nest():
+def test_an_inner_block_leaves_the_kept_actors_to_the_outer_one(one_ray):
+    _, built, killed = one_ray
     with shared_client_actors():
-        with pytest.raises(RuntimeError, match="already open"), shared_client_actors():
-            pass
+        with shared_client_actors(), ray_outlives_simulation():  # one run's block, in a shared sweep process
+            first = _backend()
+            first.build("app-1")
+            first.terminate()
+        assert killed == []  # kept past the run's block
+        with shared_client_actors(), ray_outlives_simulation():  # the next run gets them
+            second = _backend()
+            second.build("app-2")
+            assert second.pool is first.pool and built == ["app-1"]
+            second.terminate()
+    assert killed == ["built-1"]
 
 
 def test_a_flower_whose_backend_changed_is_refused(monkeypatch):
