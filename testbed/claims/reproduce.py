@@ -278,13 +278,20 @@ def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sam
     return lines + _verify(item, records, drawn, result_file, shown, size, runs_dir, quiet, parallel, allow_dirty)
 
 
+def check_folder(runs_dir: Path, size: str, scenario: str, commit: str | None) -> Path:
+    """Where ``--check --sample`` re-runs a scenario's sample: a folder per commit, so that a check at
+    the same commit resumes its sample, and one at another commit meets neither the variants (run on
+    other code) nor the sweep (another sample) of an earlier check."""
+    return runs_dir / "check" / size / (commit or "unknown") / scenario.replace(".yaml", "")
+
+
 def _verify(item: ScenarioClaims, records: dict[str, dict[str, Any]], drawn: list[str], result_file: Path,
             shown: Path, size: str, runs_dir: Path, quiet: bool, parallel: int | None, allow_dirty: bool) -> list[str]:
     """Re-run the sample at HEAD, compare, and mark the file verified where it holds."""
     from testbed.sweep import run_sweep
 
     source = str(Path("scenarios") / item.path)
-    folder = runs_dir / "check" / size / item.path.replace(".yaml", "")
+    folder = check_folder(runs_dir, size, item.path, source_commit())
     run_sweep(item.raw, validate_raw(item.raw, source), source, folder, quiet, only=set(drawn), parallel=parallel)
     rerun = {slug: results.record_of(folder / "variants" / slug, item.variants[slug]) for slug in drawn}
     missing = sorted(slug for slug, record in rerun.items() if record is None)

@@ -19,6 +19,7 @@ from testbed.claims import check, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import evaluate
 from testbed.claims.papers import PAPERS
+from testbed.claims.reproduce import check_folder
 from testbed.errors import UserError
 from testbed.provenance import fingerprint_at_head, fingerprint_changes, run_fingerprint
 
@@ -311,3 +312,13 @@ def test_check_verifies_a_stale_file_and_then_lists_it_current(tmp_path, monkeyp
                                                                          for r in kept.values())
     again = reproduce.check_results(ROOT, ["gridcoarsen"], "test", tmp_path, None, quiet=True)
     assert again == [f"current: {result_file}: 6 variants, every row verified at commit abc123"]
+
+
+def test_a_check_at_another_commit_samples_in_a_folder_of_its_own(tmp_path):
+    # An earlier check's folder holds variants run on other code (stale to this one) or another sample
+    # (a different sweep, which a sweep folder refuses): a check at a new commit must not meet them,
+    # and one at the same commit resumes its own.
+    first = check_folder(tmp_path, "full", "workloads/dddm.yaml", "aaaaaaaaaaaa")
+    assert first == check_folder(tmp_path, "full", "workloads/dddm.yaml", "aaaaaaaaaaaa")
+    assert first != check_folder(tmp_path, "full", "workloads/dddm.yaml", "bbbbbbbbbbbb")
+    assert first.name == "dddm" and first.is_relative_to(tmp_path / "check" / "full")
