@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from testbed.cli import main
+from testbed.engines.warm import WarmServer
 from testbed.scenario import KIND_BLOCKS
 
 # Progress bars off and no accidental cluster from the environment.
@@ -227,6 +228,9 @@ def _unit_guard(item: pytest.Item) -> Iterator[None]:
         patch.setattr(subprocess.Popen, "_execute_child", _guarded_execute_child(original, seen))
         patch.setattr(multiprocessing.process.BaseProcess, "start", _refuse("a multiprocessing process", seen))
         patch.setattr(ray, "init", _refuse("Ray", seen))
+        # A child forked from a warm server that an earlier test started passes no Popen (a sweep's
+        # variants, `tests.processes`).
+        patch.setattr(WarmServer, "start", _refuse("a process forked from a warm server", seen))
         # A Flower simulation starts Ray, which the line above refuses; where Flower's simulation module
         # is already imported its entry point is refused by name too (importing it costs seconds).
         if "flwr.simulation" in sys.modules:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
+from tests.processes import cli_process
 
 
 def _summary(run_dir: Path) -> dict:
@@ -62,25 +60,19 @@ def test_checkpoint_interval_does_not_change_the_numbers(cli, write_scenario, tm
     assert _summary(tmp_path / "a")["final_metrics"] == _summary(tmp_path / "b")["final_metrics"]
 
 
-def _testbed(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.integration
 def test_sigkill_mid_run_then_resume_matches_an_uninterrupted_run(write_scenario, tmp_path):
     path = write_scenario()
-    reference = _testbed("run", path, "--run-dir", tmp_path / "ref", "--quiet")
+    reference = cli_process("run", path, "--run-dir", tmp_path / "ref", "--quiet")
     assert reference.returncode == 0, reference.stderr
 
     # 4 records are steps 4..16: killed after the checkpoint at step 10, mid-way to the next one.
-    killed = _testbed("run", path, "--run-dir", tmp_path / "run", "--quiet", env_extra={KILL_AFTER_RECORDS: "4"})
+    killed = cli_process("run", path, "--run-dir", tmp_path / "run", "--quiet", env_extra={KILL_AFTER_RECORDS: "4"})
     assert killed.returncode == -9
     assert not (tmp_path / "run" / "summary.json").exists()
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4
 
-    resumed = _testbed("resume", tmp_path / "run", "--quiet")
+    resumed = cli_process("resume", tmp_path / "run", "--quiet")
 
     assert resumed.returncode == 0, resumed.stderr
     assert _summary(tmp_path / "run")["final_metrics"] == _summary(tmp_path / "ref")["final_metrics"]

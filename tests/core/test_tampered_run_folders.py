@@ -14,8 +14,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,22 +24,17 @@ import yaml
 
 from tests.core.test_bad_input_corpus import _assert_one_line_naming
 from tests.federated.test_federated_runs import FEDERATED
+from tests.processes import cli_process
 
 DEEP = "[" * 100_000 + "]" * 100_000  # beyond the JSON parser's recursion limit
 SCENARIO = {**FEDERATED, "federated": {**FEDERATED["federated"], "rounds": 2, "baselines": ["no_attack"]}}
-
-
-def _testbed(*args: object, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The CLI in its own process; past ``timeout`` seconds (a hang) the test fails."""
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env={**os.environ, "CI": "1"},
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("finished")
     (folder / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    done = _testbed("run", folder / "scenario.yaml", "--run-dir", folder / "run", "--quiet")
+    done = cli_process("run", folder / "scenario.yaml", "--run-dir", folder / "run", "--quiet")
     assert done.returncode == 0, done.stderr
     return folder / "run"
 
@@ -183,7 +176,7 @@ def test_a_tampered_run_folder_is_one_line_naming_the_file(finished_run: Path, t
     if tamper.command == "resume":
         (run / "summary.json").unlink()  # killed after its last checkpoint: resumable
     named = tamper.alter(run)
-    done = _testbed(tamper.command, run, *(["--quiet"] if tamper.command == "resume" else []), timeout=120)
+    done = cli_process(tamper.command, run, *(["--quiet"] if tamper.command == "resume" else []), timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     _assert_one_line_naming(done.stderr, named, [], tamper.words)
 

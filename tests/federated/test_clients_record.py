@@ -24,7 +24,8 @@ from testbed.federated.clients_record import (
     round_metrics,
 )
 from testbed.run import RunFolder
-from tests.federated.test_federated_runs import FEDERATED, _testbed
+from tests.federated.test_federated_runs import FEDERATED
+from tests.processes import cli_process
 
 SDEA_TINY = {**FEDERATED, "name": "sdea-record-tiny",
              "data": {**FEDERATED["data"], "num_clients": 5},
@@ -131,14 +132,14 @@ def resumed_sdea_run(tmp_path_factory) -> Path:
     scenario = folder / "sdea.yaml"
     scenario.write_text(yaml.safe_dump(SDEA_TINY))
     run_dir = folder / "run"
-    killed = _testbed("run", scenario, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
+    killed = cli_process("run", scenario, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
     assert killed.returncode == -9, killed.stderr
     record = run_dir / CLIENTS_FILE
     assert [line.round for line in read_rounds(run_dir)] == [1]
     with open(record, "a") as handle:
         handle.write(json.dumps({**read_rounds(run_dir)[0].line(), "round": 2}) + "\n" + '{"round": 3, "id')
 
-    resumed = _testbed("resume", run_dir, "--quiet")
+    resumed = cli_process("resume", run_dir, "--quiet")
 
     assert resumed.returncode == 0, resumed.stderr
     return run_dir

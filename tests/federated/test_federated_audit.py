@@ -33,7 +33,8 @@ from testbed.seeding import SeedTree
 from tests.browser import open_report
 from tests.conftest import requires_chromium
 from tests.core.test_bad_input_corpus import Case, assert_refused_cleanly
-from tests.federated.test_federated_runs import _rounds, _testbed
+from tests.federated.test_federated_runs import _rounds
+from tests.processes import cli_process
 
 # Test size: 4 clients, 2 a round (q = 0.5), 10 rounds at z = 2.5: the accountant's epsilon is 3.27
 # at delta 1e-5, below the 1000 canaries' power (about 4.5), so the audit can test it. The matched
@@ -64,7 +65,7 @@ def audited_file(tmp_path_factory) -> Path:
 def correct_run(audited_file, tmp_path_factory) -> Path:
     """The test-size audited scenario on Flower's DP wrapper as it is."""
     run_dir = tmp_path_factory.mktemp("correct") / "run"
-    done = _testbed("run", audited_file, "--run-dir", run_dir, "--quiet")
+    done = cli_process("run", audited_file, "--run-dir", run_dir, "--quiet")
     assert done.returncode == 0, done.stderr
     return run_dir
 
@@ -154,10 +155,10 @@ def test_the_privacy_page_answers_epsilon_and_its_audit_on_the_first_screen(corr
 
 @pytest.mark.integration
 def test_an_audited_run_killed_and_resumed_ends_with_the_same_audit(audited_file, correct_run, tmp_path):
-    killed = _testbed("run", audited_file, "--run-dir", tmp_path / "run", "--quiet",
-                      env_extra={KILL_AFTER_RECORDS: "4"})  # after round 4's record, before its checkpoint
+    killed = cli_process("run", audited_file, "--run-dir", tmp_path / "run", "--quiet",
+                         env_extra={KILL_AFTER_RECORDS: "4"})  # after round 4's record, before its checkpoint
     assert killed.returncode == -9
-    resumed = _testbed("resume", tmp_path / "run", "--quiet")
+    resumed = cli_process("resume", tmp_path / "run", "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     rounds = _rounds(tmp_path / "run")
     assert rounds == _rounds(correct_run)  # every round's audit so far included: the scores were checkpointed

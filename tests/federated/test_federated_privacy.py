@@ -23,7 +23,8 @@ from testbed.federated.config import FederatedConfig, PrivacyConfig
 from testbed.federated.dp import SeededPrivacy, client_mods, private_strategy
 from testbed.federated.privacy import epsilon_curve, last_round
 from testbed.scenario import Scenario
-from tests.federated.test_federated_runs import FEDERATED, _testbed
+from tests.federated.test_federated_runs import FEDERATED
+from tests.processes import cli_process
 
 
 def _opacus_epsilon(q: float, sigma: float, rounds: int, delta: float) -> float:
@@ -118,7 +119,7 @@ def test_a_dp_fedavg_run_records_epsilon_stops_at_the_target_and_reports_accurac
                     "target_epsilon": (eps[1] + eps[2]) / 2}}
     path = tmp_path / "dp.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    done = _testbed("run", path, "--run-dir", tmp_path / "run", "--quiet")
+    done = cli_process("run", path, "--run-dir", tmp_path / "run", "--quiet")
     assert done.returncode == 0, done.stderr
     rounds = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     rounds = [r for r in rounds if "round" in r]

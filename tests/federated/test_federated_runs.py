@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ import yaml
 from testbed.faults import KILL_AFTER_RECORDS
 from tests.browser import assert_readable
 from tests.conftest import requires_chromium
+from tests.processes import cli_process
 
 # One CPU, so one client actor: each actor costs its simulation about 4.5 CPU s of imports, more
 # than these tiny clients train. The numbers do not depend on the pool's size; the cluster tests
@@ -30,12 +28,6 @@ FEDERATED: dict[str, Any] = {
                   "attack": {"name": "sign_flip", "fraction": 0.25}},
     "report": {"kind": "robustness"},
 }
-
-
-def _testbed(*args, env_extra=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=600)
 
 
 def _rounds(run_dir: Path) -> list[dict]:
@@ -54,7 +46,7 @@ def scenario_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference_run(scenario_file, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("ref") / "run"
-    done = _testbed("run", scenario_file, "--run-dir", run_dir, "--quiet")
+    done = cli_process("run", scenario_file, "--run-dir", run_dir, "--quiet")
     assert done.returncode == 0, done.stderr
     return run_dir
 
@@ -78,18 +70,18 @@ def test_every_client_trains_every_round_and_the_report_shows_robustness(referen
 
 @pytest.mark.integration
 def test_same_seed_gives_the_same_accuracy_curve(scenario_file, reference_run, tmp_path):
-    again = _testbed("run", scenario_file, "--run-dir", tmp_path / "again", "--quiet")
+    again = cli_process("run", scenario_file, "--run-dir", tmp_path / "again", "--quiet")
     assert again.returncode == 0, again.stderr
     assert _rounds(tmp_path / "again") == _rounds(reference_run)
 
 
 @pytest.mark.integration
 def test_driver_killed_mid_run_then_resumed_matches(scenario_file, reference_run, tmp_path):
-    killed = _testbed("run", scenario_file, "--run-dir", tmp_path / "run", "--quiet",
-                      env_extra={KILL_AFTER_RECORDS: "2"})
+    killed = cli_process("run", scenario_file, "--run-dir", tmp_path / "run", "--quiet",
+                         env_extra={KILL_AFTER_RECORDS: "2"})
     assert killed.returncode == -9
 
-    resumed = _testbed("resume", tmp_path / "run", "--quiet")
+    resumed = cli_process("resume", tmp_path / "run", "--quiet")
 
     assert resumed.returncode == 0, resumed.stderr
     assert _rounds(tmp_path / "run") == _rounds(reference_run)
@@ -102,7 +94,7 @@ def baselines_run(tmp_path_factory) -> Path:
     scenario = {**FEDERATED, "federated": {**FEDERATED["federated"], "strategy": {"name": "fedmedian"},
                                            "baselines": ["fedavg", "no_attack"]}}
     (folder / "fed.yaml").write_text(yaml.safe_dump(scenario))
-    done = _testbed("run", folder / "fed.yaml", "--run-dir", folder / "run", "--quiet")
+    done = cli_process("run", folder / "fed.yaml", "--run-dir", folder / "run", "--quiet")
     assert done.returncode == 0, done.stderr
     return folder / "run"
 
@@ -144,7 +136,7 @@ def test_failing_clients_do_not_stop_a_round(write_scenario, tmp_path):
     faulty = {**FEDERATED, "federated": {**FEDERATED["federated"], "attack": None,
                                          "faults": {"fraction": 0.25, "from_round": 2, "kind": "raise"}}}
 
-    done = _testbed("run", write_scenario(faulty), "--run-dir", tmp_path / "run", "--quiet")
+    done = cli_process("run", write_scenario(faulty), "--run-dir", tmp_path / "run", "--quiet")
 
     assert done.returncode == 0, done.stderr
     rounds = _rounds(tmp_path / "run")

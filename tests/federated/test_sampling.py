@@ -22,7 +22,8 @@ from testbed.federated.config import FederatedConfig, SamplingConfig
 from testbed.federated.sampling import clients_per_round, sample_clients
 from testbed.federated.strategies import registered_strategies
 from testbed.seeding import SeedTree
-from tests.federated.test_federated_runs import FEDERATED, _testbed
+from tests.federated.test_federated_runs import FEDERATED
+from tests.processes import cli_process
 
 SAMPLED: dict[str, Any] = {
     **FEDERATED, "name": "fed-sampled",
@@ -79,7 +80,7 @@ def test_every_flower_strategy_that_aggregates_arrays_is_registered():
 
     assert expected <= set(registered_strategies())
     assert {"fedadam", "fedyogi", "fedadagrad", "fedavgm", "fedprox", "qfedavg"} <= expected
-    listed = _testbed("list", "strategies")
+    listed = cli_process("list", "strategies")
     assert listed.returncode == 0, listed.stderr
     assert all(name in listed.stdout for name in expected)
 
@@ -92,7 +93,7 @@ def _records(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
 def sampled_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("sampled")
     (folder / "fed.yaml").write_text(json.dumps(SAMPLED))
-    done = _testbed("run", folder / "fed.yaml", "--run-dir", folder / "run", "--quiet")
+    done = cli_process("run", folder / "fed.yaml", "--run-dir", folder / "run", "--quiet")
     assert done.returncode == 0, done.stderr
     return folder / "run"
 
@@ -124,11 +125,11 @@ def test_a_resumed_run_samples_the_same_clients_through_its_new_nodes(tmp_path):
     """Flower gives the resumed run new node ids; it asks the clients their partitions again."""
     scenario = {**FEDERATED, "federated": {**FEDERATED["federated"], "sampling": {"count": 2}}}
     (tmp_path / "fed.yaml").write_text(json.dumps(scenario))
-    killed = _testbed("run", tmp_path / "fed.yaml", "--run-dir", tmp_path / "run", "--quiet",
-                      env_extra={KILL_AFTER_RECORDS: "2"})
+    killed = cli_process("run", tmp_path / "fed.yaml", "--run-dir", tmp_path / "run", "--quiet",
+                         env_extra={KILL_AFTER_RECORDS: "2"})
     assert killed.returncode == -9
 
-    resumed = _testbed("resume", tmp_path / "run", "--quiet")
+    resumed = cli_process("resume", tmp_path / "run", "--quiet")
 
     assert resumed.returncode == 0, resumed.stderr
     rounds = _records(tmp_path / "run")

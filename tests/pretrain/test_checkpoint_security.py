@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from tests.pretrain.test_pretrain_run import DETERMINISTIC, TINY_PRETRAIN, _testbed
+from tests.pretrain.test_pretrain_run import DETERMINISTIC, TINY_PRETRAIN
+from tests.processes import cli_process
 
 REPO = Path(__file__).resolve().parents[2]
 # Checkpoints at steps 2 and 4; the tests roll a finished run back to step 2 and resume it.
@@ -49,7 +50,7 @@ def finished_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("zero1")
     path = folder / "scenario.yaml"
     path.write_text(yaml.safe_dump(SCENARIO, sort_keys=False))
-    result = _testbed("run", path, "--run-dir", folder / "run", "--quiet")
+    result = cli_process("run", path, "--run-dir", folder / "run", "--quiet")
     assert result.returncode == 0, result.stderr
     assert {MODEL_STATES, OPTIMIZER_STATES} <= {p.name for p in (folder / "run" / "deepspeed" / TAG).iterdir()}
     return folder / "run"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import yaml
 from testbed.faults import KILL_AFTER_RECORDS
 from tests.browser import assert_readable
 from tests.conftest import requires_chromium
+from tests.processes import cli_process
 
 TINY_PRETRAIN: dict[str, Any] = {
     "name": "tiny-pretrain",
@@ -54,12 +54,6 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _testbed(*args, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.parametrize("override, message", [
     ("pretrain.batch_size=5", "pretrain.batch_size: 5 sequences do not split evenly over 2 training processes"),
     ("pretrain.packing.methd=concat", "pretrain.packing.methd: unknown key (did you mean 'method'?)"),
@@ -85,7 +79,7 @@ def local_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("local")
     path = folder / "scenario.yaml"
     path.write_text(yaml.safe_dump(TINY_PRETRAIN, sort_keys=False))
-    result = _testbed("run", path, "--run-dir", folder / "run", "--quiet")
+    result = cli_process("run", path, "--run-dir", folder / "run", "--quiet")
     assert result.returncode == 0, result.stderr
     return folder / "run"
 
@@ -126,7 +120,7 @@ def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_re
     path = pretrain_scenario({"zero_stage": 2}, type="deepspeed", num_procs=2)
     run_dir = tmp_path / "run"
     # Records come at steps 2, 4, 6 and DeepSpeed checkpoints at 3 and 6: killed after step 4's record.
-    killed = _testbed("run", path, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
+    killed = cli_process("run", path, "--run-dir", run_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "2"})
     assert killed.returncode == -9
     before_kill = _records(run_dir)
     assert [r["step"] for r in before_kill] == [2, 4]
@@ -134,7 +128,7 @@ def test_two_process_zero2_deepspeed_run_resumes_from_its_checkpoint_with_the_re
     # their driver had died; the resumed run replaces that folder).
     assert [p.name for p in (run_dir / "checkpoints").glob("ckpt-*.pt")] == ["ckpt-000000003.pt"]
 
-    resumed = _testbed("resume", run_dir, "--quiet")
+    resumed = cli_process("resume", run_dir, "--quiet")
     assert resumed.returncode == 0, resumed.stderr
     records = _records(run_dir)
     assert [r["step"] for r in records] == [2, 4, 6]

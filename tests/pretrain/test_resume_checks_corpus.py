@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.pretrain.test_pretrain_run import TINY_PRETRAIN, _testbed
+from tests.pretrain.test_pretrain_run import TINY_PRETRAIN
+from tests.processes import cli_process
 
 
 @pytest.mark.integration
@@ -18,7 +19,8 @@ def test_resume_refuses_a_run_whose_own_corpus_file_was_altered_in_one_line(cli,
     scenario.write_text(yaml.safe_dump(TINY_PRETRAIN, sort_keys=False))
     run = tmp_path / "run"
     # Killed (SIGKILL) right after its second record: a checkpoint at step 3, no summary.
-    killed = _testbed("run", scenario, "--run-dir", run, "--quiet", env_extra={"TESTBED_KILL_AFTER_RECORDS": "2"})
+    killed = cli_process("run", scenario, "--run-dir", run, "--quiet",
+                         env_extra={"TESTBED_KILL_AFTER_RECORDS": "2"})
     assert killed.returncode != 0 and not (run / "summary.json").exists()
     checkpoints = sorted(path.name for path in (run / "checkpoints").iterdir())
     assert checkpoints

@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.faults import KILL_AFTER_RECORDS
 from testbed.sweep_shared import refusal, slots
 from tests.decentralized.conftest import TINY as DECENTRALIZED
-from tests.federated.test_federated_runs import FEDERATED, _testbed
+from tests.federated.test_federated_runs import FEDERATED
+from tests.processes import cli_process
 from tests.sweeps.test_warm_variants import SWEEP as WORKLOAD_SWEEP
 from tests.sweeps.test_warm_variants import _final_metrics, _watched_sweep
 
@@ -45,19 +47,28 @@ def test_the_slots_deal_the_variants_in_turn():
     assert "launch training ranks" in (refusal("pretrain", "local") or "")
 
 
-@pytest.mark.integration
-def test_variants_sharing_one_process_and_ray_give_the_numbers_of_a_process_each(write_scenario, tmp_path):
-    path = write_scenario(SWEEP)
+@pytest.fixture(scope="module")
+def shared_sweep(tmp_path_factory) -> tuple[Path, Path, dict[int, tuple[int, str]]]:
+    """The sweep's file, and its run with shared processes (its folder, the processes seen in it)."""
+    folder = tmp_path_factory.mktemp("shared")
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
+    done, seen = _watched_sweep(folder / "sweep.yaml", "--run-dir", folder / "run", "--set", "sweep.processes=shared")
+    assert done.returncode == 0, done.stderr
+    return folder / "sweep.yaml", folder / "run", seen
 
-    shared, seen = _watched_sweep(path, "--run-dir", tmp_path / "shared", "--set", "sweep.processes=shared")
+
+@pytest.mark.integration
+def test_variants_sharing_one_process_and_ray_give_the_numbers_of_a_process_each(shared_sweep, tmp_path):
+    path, shared, seen = shared_sweep
+
     warm, seen_warm = _watched_sweep(path, "--run-dir", tmp_path / "warm")
 
-    assert shared.returncode == 0 and warm.returncode == 0, shared.stderr + warm.stderr
+    assert warm.returncode == 0, warm.stderr
     raylets = [command for _, command in seen.values() if command.split(" ")[0].endswith("raylet")]
     assert len(raylets) == 1  # one slot: one Ray for its two variants
     assert len([command for _, command in seen_warm.values() if command.split(" ")[0].endswith("raylet")]) == 2
-    assert _summaries(tmp_path / "shared") == _summaries(tmp_path / "warm")  # bit for bit, engine described
-    assert len(_final_metrics(tmp_path / "shared")) == 2
+    assert _summaries(shared) == _summaries(tmp_path / "warm")  # bit for bit, engine described
+    assert len(_final_metrics(shared)) == 2
 
 
 @pytest.mark.integration
@@ -66,7 +77,7 @@ def test_a_failing_variant_leaves_its_slot_going(write_scenario, tmp_path):
                            "sweep": {"grid": {"workload.lr": [1e30, 0.05], "seed": [1]}, "parallel": 1,
                                      "processes": "shared"}})
 
-    _testbed("run", path, "--run-dir", tmp_path / "sweep", "--quiet")
+    cli_process("run", path, "--run-dir", tmp_path / "sweep", "--quiet")
 
     summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
     assert (summary["completed"], summary["failed"]) == (1, 1)
@@ -75,20 +86,19 @@ def test_a_failing_variant_leaves_its_slot_going(write_scenario, tmp_path):
 
 
 @pytest.mark.integration
-def test_a_killed_slot_leaves_its_variants_failed_and_resume_finishes_them_alike(write_scenario, tmp_path):
-    path = write_scenario({**SWEEP, "sweep": {"grid": {"seed": [1, 2]}, "parallel": 1, "processes": "shared"}})
-    whole = _testbed("run", path, "--run-dir", tmp_path / "whole", "--quiet")
-    assert whole.returncode == 0, whole.stderr
+def test_a_killed_slot_leaves_its_variants_failed_and_resume_finishes_them_alike(shared_sweep, tmp_path):
+    path, whole, _ = shared_sweep
 
     # The slot's process is killed after its first variant's first round: the second never starts.
-    _testbed("run", path, "--run-dir", tmp_path / "killed", "--quiet", env_extra={KILL_AFTER_RECORDS: "1"})
+    cli_process("run", path, "--run-dir", tmp_path / "killed", "--quiet", "--set", "sweep.processes=shared",
+                env_extra={KILL_AFTER_RECORDS: "1"})
     results = json.loads((tmp_path / "killed" / "summary.json").read_text())["variants"]
     ended = "its shared process ended (killed by signal 9) before it finished"
     assert [r["error"] for r in results.values()] == [ended] * 2
 
-    resumed = _testbed("resume", tmp_path / "killed", "--quiet")
+    resumed = cli_process("resume", tmp_path / "killed", "--quiet")
     assert resumed.returncode == 0, resumed.stderr
-    assert _final_metrics(tmp_path / "killed") == _final_metrics(tmp_path / "whole")
+    assert _final_metrics(tmp_path / "killed") == _final_metrics(whole)
 
 
 @pytest.mark.integration
@@ -101,8 +111,8 @@ def test_every_kind_that_may_share_gives_the_numbers_of_a_process_each(kind, wri
     assert refusal(kind, "local") is None
 
     for processes in ("shared", "warm"):
-        done = _testbed("run", path, "--run-dir", tmp_path / processes, "--quiet", "--set",
-                        f"sweep.processes={processes}")
+        done = cli_process("run", path, "--run-dir", tmp_path / processes, "--quiet", "--set",
+                           f"sweep.processes={processes}")
         assert done.returncode == 0, done.stderr
     assert _summaries(tmp_path / "shared") == _summaries(tmp_path / "warm")
     assert len(_final_metrics(tmp_path / "shared")) == 2

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +12,7 @@ from testbed.run import RunFolder
 from testbed.sweep import expand_variants, variant_slug
 from tests.browser import assert_readable
 from tests.conftest import TINY_SCENARIO, requires_chromium
+from tests.processes import cli_process
 
 SWEEP = {
     **TINY_SCENARIO,
@@ -22,12 +20,6 @@ SWEEP = {
     "training": {"steps": 8, "eval_every": 4, "checkpoint_every": 4},
     "sweep": {"grid": {"seed": [1, 2]}, "variants": [{"training.steps": 8}, {"training.steps": 16}], "parallel": 2},
 }
-
-
-def _testbed(*args, env_extra=None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "CI": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=600)
 
 
 def test_grid_and_variants_expand_to_their_product():
@@ -79,7 +71,7 @@ def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_
     sweep_dir = tmp_path / "sweep"
 
     # Every variant process dies at its 3rd record: the 8-step variants (2 records) finish, the 16-step ones do not.
-    first = _testbed("run", path, "--run-dir", sweep_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "3"})
+    first = cli_process("run", path, "--run-dir", sweep_dir, "--quiet", env_extra={KILL_AFTER_RECORDS: "3"})
 
     assert first.returncode == 0, first.stderr
     summary = json.loads((sweep_dir / "summary.json").read_text())
@@ -89,7 +81,7 @@ def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_
     assert "2 variants completed, 2 failed" in first.stdout and "killed by signal 9" in first.stdout
     assert "[1/4]" not in first.stderr  # --quiet: no status lines
 
-    second = _testbed("run", path, "--run-dir", sweep_dir)  # not a terminal: a plain line per variant
+    second = cli_process("run", path, "--run-dir", sweep_dir)  # not a terminal: a plain line per variant
 
     assert second.returncode == 0, second.stderr
     results = json.loads((sweep_dir / "summary.json").read_text())["variants"]
@@ -102,12 +94,11 @@ def test_sweep_runs_variants_isolates_failures_and_reruns_only_unfinished(write_
     assert all(f'href="../variants/{slug}/report/index.html"' in page for slug in results)
 
 
-
 @pytest.mark.integration
 @requires_chromium
 def test_sweep_report_leads_with_the_comparison_and_links_every_variant_in_headless_chromium(write_scenario, tmp_path):
     sweep = {**SWEEP, "sweep": {"grid": {"seed": [1, 2], "workload.hidden": [4, 8]}, "parallel": 2}}
-    done = _testbed("run", write_scenario(sweep), "--run-dir", tmp_path / "sweep", "--quiet")
+    done = cli_process("run", write_scenario(sweep), "--run-dir", tmp_path / "sweep", "--quiet")
     assert done.returncode == 0, done.stderr
 
     page = assert_readable(tmp_path / "sweep" / "report", first_screen="sweep-curves.png", name="sweep")
