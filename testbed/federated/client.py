@@ -14,11 +14,12 @@ import time
 from functools import lru_cache
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from testbed.data import Dataset
 from testbed.determinism import single_threaded
+from testbed.federated.arrays import record_of, state_of
 from testbed.federated.attacks import registered_attacks
 from testbed.federated.backdoor import boosted_upload, poison_client_data
 from testbed.federated.dp import client_mods
@@ -65,12 +66,12 @@ def client_train(scenario_json: str, held_back: int, msg: Message, context: Cont
     assert setup.scenario.federated is not None  # a federated scenario
     federated = setup.scenario.federated
     with single_threaded():
-        global_state = msg.content["arrays"].to_torch_state_dict()  # type: ignore[union-attr]  # flwr: any record
+        global_state = state_of(msg.content["arrays"])  # type: ignore[arg-type]  # flwr: values of any record
         model, loss = train_model(setup, global_state, data, federated.local_epochs, generator,
                                   federated.client_proximal_mu())
     metrics = MetricRecord({"num-examples": len(data.y), "train_loss": loss, PARTITION_KEY: partition_id})
     upload = boosted_upload(setup, partition_id, global_state, model.state_dict())  # model replacement's boost
-    return Message(RecordDict({"arrays": ArrayRecord(upload), "metrics": metrics}), reply_to=msg)
+    return Message(RecordDict({"arrays": record_of(upload), "metrics": metrics}), reply_to=msg)
 
 
 class InjectedClientFault(RuntimeError):

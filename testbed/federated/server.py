@@ -57,7 +57,8 @@ from testbed.strategies.vectors import flatten_state, unflatten_state
 from testbed.workloads.base import FederatedWorkload
 from testbed.workloads.registry import workload_class
 
-PULL_INTERVAL_S = 0.1  # how often a round polls for replies (Flower's InMemoryGrid default)
+PULL_INTERVAL_S = 0.1  # how often a round polls for replies (Flower's InMemoryGrid default)...
+PULL_SCAN = 256  # ... while at most this many are in flight: a pull costs Flower O(in flight)
 # Instructions in Flower's state at once: each poll costs Flower O(in flight), so a round of 10^5
 # clients is pushed in windows rather than at once (the replies are the same).
 IN_FLIGHT = 1024
@@ -88,6 +89,14 @@ def build_messages_as_pushed(strategy: Strategy) -> None:
 
 def _messages_as_pushed(record: RecordDict, node_ids: Iterable[int], message_type: str) -> Iterator[Message]:
     return (Message(content=record, message_type=message_type, dst_node_id=node) for node in node_ids)
+
+
+def pull_interval(in_flight: int) -> float:
+    """How long a round waits before its next pull: `PULL_INTERVAL_S`, longer in proportion past
+    `PULL_SCAN` messages in flight (at most 4x), so that Flower's scan of them costs the driver a
+    bounded share of a core. A full window of `IN_FLIGHT` is seconds of the clients' work, so a
+    reply waits longer only where the next ones are long queued; a small round is not slowed."""
+    return PULL_INTERVAL_S * min(4.0, max(1.0, in_flight / PULL_SCAN))
 
 
 def partition_id(reply: Message) -> int:
@@ -324,7 +333,7 @@ class RoundLoop:
             pending -= {reply.metadata.reply_to_message_id for reply in pulled}
             yield from pulled
             if pending:  # a pull costs Flower O(in flight): pulled at its own pace, replies come in batches
-                self.stop.wait(PULL_INTERVAL_S)
+                self.stop.wait(pull_interval(len(pending)))
             if self.stop.is_set():
                 raise RoundInterrupted
 

@@ -33,7 +33,10 @@ def train_model(setup: FederationSetup, global_state: dict[str, torch.Tensor], d
     config = workload.Config.model_validate(setup.scenario.workload.params)
     model = copy.deepcopy(_initial_model(setup))
     model.load_state_dict(global_state)
-    loss = workload.fit_client(model.to(client_device(setup)), data, config, epochs, generator, proximal_mu)
+    device = client_device(setup)
+    if device.type == "cpu":  # where it was built: `Module.to` would visit every tensor to move none
+        return model, workload.fit_client(model, data, config, epochs, generator, proximal_mu)
+    loss = workload.fit_client(model.to(device), data, config, epochs, generator, proximal_mu)
     return model.to("cpu"), loss  # the upload, and the server's arithmetic, are on the CPU
 
 

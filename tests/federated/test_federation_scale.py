@@ -276,3 +276,14 @@ def test_partitions_in_one_array_give_each_client_its_rows_an_empty_one_too():
     assert partitions[2].base is not None  # a view, not a copy per client
     with pytest.raises(IndexError):
         partitions[3]
+
+
+def test_a_round_polls_a_full_window_less_often_and_a_small_round_at_flowers_pace():
+    from testbed.federated.server import IN_FLIGHT, PULL_INTERVAL_S, PULL_SCAN, pull_interval
+
+    # A small round (tests, a few clients) waits no longer for its last replies than Flower would.
+    assert pull_interval(1) == pull_interval(PULL_SCAN) == PULL_INTERVAL_S
+    # A full window is scanned at most PULL_SCAN ids per PULL_INTERVAL_S: Flower's O(in flight) pull.
+    assert pull_interval(IN_FLIGHT) == PULL_INTERVAL_S * IN_FLIGHT / PULL_SCAN <= 4 * PULL_INTERVAL_S
+    intervals = [pull_interval(n) for n in range(1, 4 * IN_FLIGHT, 97)]
+    assert intervals == sorted(intervals) and max(intervals) == 4 * PULL_INTERVAL_S
