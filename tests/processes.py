@@ -4,7 +4,7 @@ process, an exit code and stderr exactly as a shell sees them.
 
 The process is forked from one warm server per test worker (`testbed.engines.warm`, the way a
 sweep's variants start), which imported every kind's modules once: a fresh interpreter paid 1.5-2
-CPU-s of imports per call (torch, Flower, Ray, scikit-learn), about a hundred calls in the suite. It
+CPU-s of imports per call (torch, Flower, Ray, scikit-learn), about 50 calls in the suite. It
 is still its own process (its globals, seeds, signals, exit code), with the caller's whole
 environment; where the caller's folder is not the server's, the call starts a fresh interpreter
 instead, as the child would otherwise resolve relative paths against the wrong folder. The server
@@ -27,7 +27,7 @@ _server_cwd = ""
 
 
 def cli_process(*args: object, env_extra: dict[str, str] | None = None,
-                    timeout: float = 600) -> subprocess.CompletedProcess:
+                timeout: float = 600) -> subprocess.CompletedProcess:
     """``testbed ARGS`` run to its end in a process of its own; past ``timeout`` seconds (a hang) it
     is killed and `subprocess.TimeoutExpired` raised."""
     argv = [str(arg) for arg in args]
