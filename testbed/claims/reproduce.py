@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,9 @@ TEST_SEEDS = [0, 1]
 SIZES = ("full", "test")
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this testbed package runs from
+
+
 @dataclass(frozen=True)
 class ScenarioClaims:
     """One scenario of a paper, as reproduce runs it: its raw sweep, claims and variants."""
@@ -70,7 +74,7 @@ class ScenarioClaims:
 def repository_root() -> Path:
     """The checkout whose scenarios and docs reproduce works on: this directory, or the one the
     testbed package was installed from (editable)."""
-    for candidate in (Path.cwd(), Path(__file__).resolve().parents[2]):
+    for candidate in (Path.cwd(), CHECKOUT):
         if (candidate / "scenarios").is_dir() and (candidate / "docs").is_dir():
             return candidate
     raise UserError("reproduce: run it in a testbed checkout (no scenarios/ and docs/ here)")
@@ -278,11 +282,27 @@ def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sam
     return lines + _verify(item, records, drawn, result_file, shown, size, runs_dir, quiet, parallel, allow_dirty)
 
 
-def check_folder(runs_dir: Path, size: str, scenario: str, commit: str | None) -> Path:
-    """Where ``--check --sample`` re-runs a scenario's sample: a folder per commit, so that a check at
-    the same commit resumes its sample, and one at another commit meets neither the variants (run on
-    other code) nor the sweep (another sample) of an earlier check."""
-    return runs_dir / "check" / size / (commit or "unknown") / scenario.replace(".yaml", "")
+def check_folder(runs_dir: Path, size: str, scenario: str, code: str | None) -> Path:
+    """Where ``--check --sample`` re-runs a scenario's sample: a folder per state of the testbed's code
+    (`code_state`), so that a check resumes its sample across commits that changed no module (a
+    sample of hours spans sessions, and each session commits results and docs), and one on other
+    code meets neither the variants (run on other code) nor the sweep (another sample) of an earlier
+    check."""
+    return runs_dir / "check" / size / (code or "unknown") / scenario.replace(".yaml", "")
+
+
+def code_state(commit: str | None, repo: Path = CHECKOUT) -> str | None:
+    """``testbed-<tree>``: the git tree of ``repo``'s ``testbed/`` package at HEAD, the same for every
+    commit that left the code alone; ``commit`` itself (`source_commit`) where it is ``+dirty``, whose
+    code no tree names, or None (no git checkout)."""
+    if commit is None or commit.endswith("+dirty"):
+        return commit
+    try:
+        tree = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short=12", "HEAD:testbed"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return commit
+    return f"testbed-{tree.stdout.strip()}" if tree.returncode == 0 else commit
 
 
 def _verify(item: ScenarioClaims, records: dict[str, dict[str, Any]], drawn: list[str], result_file: Path,
@@ -291,7 +311,7 @@ def _verify(item: ScenarioClaims, records: dict[str, dict[str, Any]], drawn: lis
     from testbed.sweep import run_sweep
 
     source = str(Path("scenarios") / item.path)
-    folder = check_folder(runs_dir, size, item.path, source_commit())
+    folder = check_folder(runs_dir, size, item.path, code_state(source_commit()))
     run_sweep(item.raw, validate_raw(item.raw, source), source, folder, quiet, only=set(drawn), parallel=parallel)
     rerun = {slug: results.record_of(folder / "variants" / slug, item.variants[slug]) for slug in drawn}
     missing = sorted(slug for slug, record in rerun.items() if record is None)

@@ -19,7 +19,7 @@ from testbed.claims import check, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import evaluate
 from testbed.claims.papers import PAPERS
-from testbed.claims.reproduce import check_folder
+from testbed.claims.reproduce import check_folder, code_state
 from testbed.errors import UserError
 from testbed.provenance import fingerprint_at_head, fingerprint_changes, run_fingerprint
 
@@ -314,11 +314,30 @@ def test_check_verifies_a_stale_file_and_then_lists_it_current(tmp_path, monkeyp
     assert again == [f"current: {result_file}: 6 variants, every row verified at commit abc123"]
 
 
-def test_a_check_at_another_commit_samples_in_a_folder_of_its_own(tmp_path):
+def test_a_check_on_other_code_samples_in_a_folder_of_its_own(tmp_path):
     # An earlier check's folder holds variants run on other code (stale to this one) or another sample
-    # (a different sweep, which a sweep folder refuses): a check at a new commit must not meet them,
-    # and one at the same commit resumes its own.
-    first = check_folder(tmp_path, "full", "workloads/dddm.yaml", "aaaaaaaaaaaa")
-    assert first == check_folder(tmp_path, "full", "workloads/dddm.yaml", "aaaaaaaaaaaa")
-    assert first != check_folder(tmp_path, "full", "workloads/dddm.yaml", "bbbbbbbbbbbb")
-    assert first.name == "dddm" and first.is_relative_to(tmp_path / "check" / "full")
+    # (a different sweep, which a sweep folder refuses): a check on other code must not meet them,
+    # and one on the same code resumes its own, also after a commit of results or docs (a sample of
+    # hours spans sessions, and each session commits).
+    repo = tmp_path / "repo"
+    (repo / "testbed").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+
+    def commit(path: str, text: str) -> str | None:
+        (repo / path).write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", path], check=True)
+        return code_state("abc", repo)
+
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    first = commit("testbed/a.py", "x = 1\n")
+    assert first is not None and first.startswith("testbed-")
+    assert commit("docs/page.md", "results\n") == first
+    assert commit("testbed/a.py", "x = 2\n") != first
+    assert code_state("abc+dirty", repo) == "abc+dirty"  # uncommitted code has no tree
+
+    folder = check_folder(tmp_path, "full", "workloads/dddm.yaml", first)
+    assert folder == check_folder(tmp_path, "full", "workloads/dddm.yaml", first)
+    assert folder != check_folder(tmp_path, "full", "workloads/dddm.yaml", "testbed-bbbbbbbbbbbb")
+    assert folder.name == "dddm" and folder.is_relative_to(tmp_path / "check" / "full")
