@@ -46,7 +46,7 @@ SCENARIO: dict[str, Any] = {
 }
 
 RAW_FLOWER = '''
-import json, sys, torch
+import collections, json, sys, torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -86,11 +86,12 @@ def main(grid: Grid, context: Context) -> None:
         def aggregate_train(self, server_round, replies):
             replies = list(replies)
             trained.append(sum(not r.has_error() for r in replies))
+            errors.update(r.error.reason.splitlines()[-1][:200] for r in replies if r.has_error())
             return super().aggregate_train(server_round, replies)
-    trained = []
+    trained, errors = [], collections.Counter()
     Counting(fraction_evaluate=0.0, min_available_nodes=n).start(
         grid=grid, initial_arrays=ArrayRecord(model.state_dict()), num_rounds=rounds, evaluate_fn=evaluate)
-    print(json.dumps({"clients_trained": trained[-1]}))
+    print(json.dumps({"clients_trained": trained[-1], "errors": errors}))
 
 run_simulation(server, client, num_supernodes=n,
                backend_config={"client_resources": {"num_cpus": 1}, "init_args": {"address": "local", "num_cpus": 2}})
@@ -196,9 +197,11 @@ def scale(clients: list[int], raw_clients: list[int], keep: Path | None = None, 
             command = [sys.executable, "-c", RAW_FLOWER, json.dumps(scale_scenario(n, setting, data_dir))]
             seconds, peak_mb, out = timed_with_peak_memory(command)
             raw[n] = seconds
-            trained = json.loads(out.strip().splitlines()[-1])["clients_trained"]
-            print(f"   raw Flower N={n:>7}: trained {trained}/{n}, {seconds:.0f} s "
+            reply = json.loads(out.strip().splitlines()[-1])
+            print(f"   raw Flower N={n:>7}: trained {reply['clients_trained']}/{n}, {seconds:.0f} s "
                   f"({1000 * seconds / n:.1f} ms per client), peak {peak_mb:.0f} MB")
+            for reason, count in reply["errors"].items():  # Flower's error replies, by the reason's last line
+                print(f"      {count} error replies: {reason}")
             if n in ours:
                 print(f"   time per client at N={n}: testbed / raw Flower = {ours[n][0] / seconds:.2f}")
     if ours and raw and max(ours) > max(raw):
