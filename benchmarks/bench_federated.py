@@ -86,7 +86,8 @@ def main(grid: Grid, context: Context) -> None:
         def aggregate_train(self, server_round, replies):
             replies = list(replies)
             trained.append(sum(not r.has_error() for r in replies))
-            errors.update(r.error.reason.splitlines()[-1][:200] for r in replies if r.has_error())
+            errors.update((r.error.reason.strip().splitlines() or [f"code {r.error.code}"])[-1][:200]
+                          for r in replies if r.has_error())
             return super().aggregate_train(server_round, replies)
     trained, errors = [], collections.Counter()
     Counting(fraction_evaluate=0.0, min_available_nodes=n).start(
