@@ -24,6 +24,14 @@ change of method; a file whose drift is larger is re-run whole, which is the saf
 relative difference of any single metric of any re-run variant is reported too, but does not
 decide: there one per-seed metric drifted 11% while the rows held to four figures.
 
+The 1% holds only on a machine like the one that produced the file. torch computes with its own
+MKL and oneDNN kernels, chosen by the CPU, which the fingerprint does not see (its BLAS entry is
+numpy's OpenBLAS). The same code re-run on another CPU (bisam, strwae, floodgnn and oodrobust,
+produced on an Intel Xeon and sampled on an AMD EPYC with the same OpenBLAS kernel, 28 variants)
+gave other numbers in 26 variants, moved 19 rows by more than 1% (up to 1.2 standard deviations of
+the row over seeds) and changed no verdict. So a file whose sample does not hold on another machine
+may rest on unchanged code; it is re-run whole all the same.
+
 A file that holds is recorded as verified at HEAD's commit (every record gets ``verified: <commit>``
 and the fingerprint of the re-runs; the numbers stay those published), only from a clean tree unless
 ``--allow-dirty``. One that does not hold is to be re-run whole.
