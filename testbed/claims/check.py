@@ -24,13 +24,15 @@ change of method; a file whose drift is larger is re-run whole, which is the saf
 relative difference of any single metric of any re-run variant is reported too, but does not
 decide: there one per-seed metric drifted 11% while the rows held to four figures.
 
-The 1% holds only on a machine like the one that produced the file. torch computes with its own
-MKL and oneDNN kernels, chosen by the CPU, which the fingerprint does not see (its BLAS entry is
-numpy's OpenBLAS). The same code re-run on another CPU (bisam, strwae, floodgnn and oodrobust,
-produced on an Intel Xeon and sampled on an AMD EPYC with the same OpenBLAS kernel, 28 variants)
-gave other numbers in 26 variants, moved 19 rows by more than 1% (up to 1.2 standard deviations of
-the row over seeds) and changed no verdict. So a file whose sample does not hold on another machine
-may rest on unchanged code; it is re-run whole all the same.
+For trained models a sample meets the 1% only on a machine like the one that produced the file:
+torch computes with its own MKL and oneDNN kernels, chosen by the CPU, which the fingerprint does
+not see (its BLAS entry is numpy's OpenBLAS). The same code re-run on another CPU (bisam, strwae,
+floodgnn and oodrobust, produced on an Intel Xeon and sampled on an AMD EPYC with the same OpenBLAS
+kernel, 28 variants) gave other numbers in 26 variants, moved 19 rows by more than 1% (up to 1.2
+standard deviations of the row over seeds) and changed no verdict. So a file whose sample does not
+hold on another machine may rest on unchanged code; it is re-run whole all the same. Each row that
+moves beyond the tolerance is reported with its move in standard deviations of the same number over
+the file's seeds, the reader's measure of whether it is a seed's worth of noise or more.
 
 A file that holds is recorded as verified at HEAD's commit (every record gets ``verified: <commit>``
 and the fingerprint of the re-runs; the numbers stay those published), only from a clean tree unless
@@ -40,11 +42,12 @@ and the fingerprint of the re-runs; the numbers stay those published), only from
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.claims.evaluate import Side, Verdict, evaluate, selects
+from testbed.claims.evaluate import GroupVerdict, Side, Verdict, evaluate, selects
 from testbed.provenance import fingerprint_at_head, fingerprint_changes, fingerprint_digest
 
 TOLERANCE = 0.01  # of a row's scale: see the module docstring
@@ -110,13 +113,14 @@ def compare(claims: Any, variants: Mapping[str, Mapping[str, Any]], records: Map
     largest relative difference of a single metric, and where it is (``metric of slug``)."""
     old = {slug: r["final_metrics"] for slug, r in records.items()}
     new = {**old, **{slug: r["final_metrics"] for slug, r in rerun.items()}}
+    published = evaluate(claims, variants, old, source)
     problems = [f"{statement}: {before} -> {after}"
-                for statement, before, after in _verdict_changes(evaluate(claims, variants, old, source),
-                                                                  evaluate(claims, variants, new, source))]
+                for statement, before, after in _verdict_changes(published, evaluate(claims, variants, new, source))]
     sampled = {slug: variants[slug] for slug in rerun}
     before_rows = evaluate(claims, sampled, old, source, required_seeds=1)
     after_rows = evaluate(claims, sampled, new, source, required_seeds=1)
-    problems += _row_changes(before_rows, after_rows)
+    spread = {(verdict.statement.id, group.group): group for verdict in published for group in verdict.groups}
+    problems += _row_changes(before_rows, after_rows, spread)
     largest, where = 0.0, "the same numbers to the last bit"
     for slug, record in rerun.items():
         for metric, value in record["final_metrics"].items():
@@ -138,20 +142,28 @@ def _verdict_changes(before: list[Verdict], after: list[Verdict]) -> list[tuple[
     return changes
 
 
-def _row_changes(before: list[Verdict], after: list[Verdict]) -> list[str]:
+def _row_changes(before: list[Verdict], after: list[Verdict], spread: Mapping[tuple[str, str | None], GroupVerdict],
+                 ) -> list[str]:
+    """A line per row of the sampled seeds that moved beyond the tolerance; ``spread`` holds the rows
+    over every seed of the file, to say how far that is in the row's own seed-to-seed spread."""
     problems = []
     for old, new in zip(before, after, strict=True):
         for old_group, new_group in zip(old.groups, new.groups, strict=True):
             label = old.statement.id + (f" ({old_group.group})" if old_group.group is not None else "")
+            whole = spread.get((old.statement.id, old_group.group))
             for name in ("predicate", "precondition"):
-                moved = _side_moved(getattr(old_group, name), getattr(new_group, name))
+                moved = _side_moved(getattr(old_group, name), getattr(new_group, name),
+                                    getattr(whole, name) if whole is not None else None)
                 if moved is not None:
                     problems.append(f"{label}: {name} {moved}")
     return problems
 
 
-def _side_moved(old: Side | None, new: Side | None) -> str | None:
-    """How a row's numbers moved beyond `TOLERANCE` of its scale (None when they did not)."""
+def _side_moved(old: Side | None, new: Side | None, whole: Side | None) -> str | None:
+    """How a row's numbers moved beyond `TOLERANCE` of its scale (None when they did not), and how
+    far that is in standard deviations of the same number over the file's seeds (``whole``): the
+    reader's measure of whether the move is a seed's worth of noise, such as another CPU gives, or
+    more (the tolerance decides; see the module docstring)."""
     if old is None or new is None:
         return None
     scale = max(abs(old.left), abs(old.right)) or 1.0
@@ -161,7 +173,19 @@ def _side_moved(old: Side | None, new: Side | None) -> str | None:
     worst = max(pairs, key=lambda pair: abs(pair[2] - pair[1]))
     if abs(worst[2] - worst[1]) <= TOLERANCE * scale:
         return None
-    return f"{worst[0]} {worst[1]:.4g} -> {worst[2]:.4g} (more than {TOLERANCE:.0%} of {scale:.4g})"
+    deviation = _seed_deviation(whole, worst[0])
+    spread = (f"; {abs(worst[2] - worst[1]) / deviation:.2g} of its standard deviation over seeds"
+              if deviation is not None and deviation > 1e-9 * scale else "")  # not a margin equal on every seed
+    return f"{worst[0]} {worst[1]:.4g} -> {worst[2]:.4g} (more than {TOLERANCE:.0%} of {scale:.4g}{spread})"
+
+
+def _seed_deviation(side: Side | None, part: str) -> float | None:
+    """The sample standard deviation over seeds of a row's ``left``, ``right`` or ``margin`` (None
+    below two seeds)."""
+    if side is None:
+        return None
+    values = list(side.margins) if part == "margin" else [pair[part == "right"] for pair in side.sides]
+    return statistics.stdev(values) if len(values) > 1 else None
 
 
 def _relative(old: float, new: float) -> float:

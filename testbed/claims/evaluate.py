@@ -55,6 +55,7 @@ class Side:
     right: float
     interval: Interval | None
     margins: tuple[float, ...] = ()  # one per paired seed, positive where the comparison holds
+    sides: tuple[tuple[float, float], ...] = ()  # (left, right) on each paired seed
 
     @property
     def favouring(self) -> int:
@@ -289,7 +290,7 @@ def _side(comparison: Comparison, per_seed: list[dict[str, Mapping[str, float]]]
     interval = paired_interval(margins, claims.level, claims.interval, exact)
     left = sum(p[0] for p in pairs) / len(pairs) if pairs else math.nan
     right = sum(p[1] for p in pairs) / len(pairs) if pairs else math.nan
-    return Side(comparison.text, left, right, interval, tuple(margins))
+    return Side(comparison.text, left, right, interval, tuple(margins), tuple(pairs))
 
 
 def _detail(expression: Expression, per_seed: list[dict[str, Mapping[str, float]]], claims: ClaimsConfig,

@@ -154,6 +154,23 @@ def test_a_rerun_within_the_tolerance_holds_and_one_that_moves_a_verdict_or_a_ro
         "reproduced"
 
 
+def test_a_row_that_moves_says_how_far_in_its_spread_over_seeds():
+    # Each arm with its own noise over seeds, so that every side of the row has a spread.
+    claims = _claims()
+    noise = {"a": [0.01, -0.02, 0.015, 0.0, -0.005], "b": [0.0, 0.01, -0.01, 0.02, 0.005]}
+    variants = {f"{arm},{seed}": {"seed": seed, "workload": {"variant": arm}} for arm in "ab" for seed in range(5)}
+    records = {slug: {"seed": raw["seed"], "commit": "abc", "final_metrics": {
+        "acc": {"a": 0.85, "b": 0.8}[slug[0]] + noise[slug[0]][raw["seed"]]}} for slug, raw in variants.items()}
+    sample = check.draw_sample(records, variants, claims.arms, 4, "x.yaml")
+    rerun = {slug: {**records[slug], "final_metrics": {
+        "acc": records[slug]["final_metrics"]["acc"] + {"a": 0.03, "b": 0.01}[slug[0]]}} for slug in sample}
+
+    (moved,), _, _ = check.compare(claims, variants, records, rerun, "x.yaml")
+    # The left side moved most: 0.03 against the standard deviation of arm a's noise, 0.0137.
+    assert moved.startswith("a-beats-b: predicate left ") and moved.endswith(
+        "; 2.2 of its standard deviation over seeds)")
+
+
 def test_a_verified_file_names_the_commit_and_moves_to_the_fingerprint_it_was_checked_against(tmp_path):
     claims, (variants, records) = _claims(), _sweep(0.05)
     # Named as a sweep names its variants, after the slug (the seed with it): the seeds the sample
