@@ -9,6 +9,7 @@
     testbed list [workloads|strategies|attacks|topologies|datasets|trackers|scenarios|papers]
     testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N] [--allow-dirty]
     testbed reproduce --check [PAPER ...] [--sample N] [--size full|test] [--allow-dirty]
+    testbed reproduce --rerun [PAPER ...] [--docs-only] [--size full|test] [--parallel N] [--allow-dirty]
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
@@ -92,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     reproduce = sub.add_parser("reproduce", help=(
         "run or resume the claim sweeps of some papers (default: all) and write docs/reproduction.md"))
     reproduce.add_argument("papers", nargs="*", metavar="PAPER", help=(
-        "paper ids (testbed list papers); with --check also a scenario of one, e.g. pretrain/outeffhop-opt.yaml"))
+        "paper ids (testbed list papers); with --check or --rerun also a scenario of one, e.g. "
+        "pretrain/outeffhop-opt.yaml"))
     reproduce.add_argument("--size", choices=("full", "test"), default="full",
                            help="test: tiny settings and two seeds, to check that every predicate evaluates")
     reproduce.add_argument("--docs-only", action="store_true",
@@ -105,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="record results from a checkout with uncommitted changes (marked '+dirty')")
     reproduce.add_argument("--check", action="store_true",
                            help="list the result files whose code fingerprint differs from HEAD's (stale)")
+    reproduce.add_argument("--rerun", action="store_true",
+                           help="re-run the result files whole at HEAD, the published ones kept until each re-run is "
+                                "complete; the runs done so far go to docs/reproduction/results/rerun/ (commit it: "
+                                "the re-run resumes from it on any machine); with --docs-only run nothing, only keep "
+                                "what completed")
     reproduce.add_argument("--sample", type=int, metavar="N",
                            help="with --check: re-run N variants of each stale file at HEAD (at least two seeds "
                                 "of every arm) and record it verified where every verdict holds")
@@ -174,7 +181,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UserError(f"--sample: {args.sample}: " + ("at least 1" if args.check else "only with --check"))
     if args.check and args.docs_only:
         raise UserError("--check: runs no sweep and writes no docs; leave out --docs-only")
-    if args.check:
+    if args.check and args.rerun:
+        raise UserError("--rerun: re-runs whole what --check would sample; use one of them")
+    if args.rerun:
+        from testbed.claims.rerun import rerun_results
+
+        lines = rerun_results(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet,
+                              args.parallel, args.allow_dirty)
+    elif args.check:
         lines = check_results(root, args.papers, args.size, args.runs_dir, args.sample, args.quiet, args.parallel,
                               args.allow_dirty)
     else:

@@ -14,6 +14,8 @@ refuses to run, and does not merge a run made on one, unless ``--allow-dirty`` (
 then reads ``<commit>+dirty``). ``--check`` runs nothing by default: it lists the result files whose
 code fingerprint differs from HEAD's, and with ``--sample N`` re-runs a sample of each at HEAD and
 records "verified at <commit>" where the verdicts and numbers hold (`testbed.claims.check`).
+``--rerun`` re-runs a file whole, keeping the published one until the re-run is complete
+(`testbed.claims.rerun`).
 
 ``--size test`` applies each scenario's ``claims.test_size`` over the kind's test size, with two
 seeds, writes its result files and docs under the runs folder (never the repository's docs) and
@@ -131,6 +133,11 @@ def test_sized(raw: dict[str, Any], source: str) -> dict[str, Any]:
 def result_path(root: Path, path: str, size: str, runs_dir: Path) -> Path:
     base = root / "docs" / "reproduction" / "results" if size == "full" else runs_dir / "results"
     return base / path.replace(".yaml", ".json")
+
+
+def rerun_path(root: Path, path: str, size: str, runs_dir: Path) -> Path:
+    """The file that keeps a scenario's whole re-run until it is complete (`testbed.claims.rerun`)."""
+    return result_path(root, str(Path("rerun") / path), size, runs_dir)
 
 
 def chosen_papers(papers: list[str]) -> list[str]:
@@ -273,6 +280,12 @@ def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sam
     stale = check.stale_records(records)
     if not stale:
         return [f"current: {shown}: {len(records)} variants, {results.provenance_line(records.values())}"]
+    pending = rerun_path(root, item.path, size, runs_dir)
+    if pending.is_file():  # `testbed reproduce --rerun` is re-running it whole: no sample
+        done = len(results.current(results.read_results(pending), item.variants))
+        where = pending.relative_to(root) if pending.is_relative_to(root) else pending
+        return [f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); a whole "
+                f"re-run is under way: {done} of {len(item.variants)} variants in {where}"]
     drawn = check.draw_sample(records, item.variants, item.claims.arms, sample or 0, item.path)
     lines = [f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); "
              f"a sample of {len(drawn)} variants re-runs in about {check.duration(records, drawn)}, "

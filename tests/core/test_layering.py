@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
      "testbed.claims.results", "testbed.claims.docs", "testbed.claims.sweeps", "testbed.claims.check"),
     ("testbed.workloads.*", "testbed.federated.*", "testbed.decentralized.*", "testbed.pretrain.*"),
     ("testbed.kinds", "testbed.validation", "testbed.execute", "testbed.sweep", "testbed.sweep_shared",
-     "testbed.claims.reproduce"),
+     "testbed.claims.reproduce", "testbed.claims.rerun"),
     ("testbed.cli", "testbed.sweep_slot"),  # a shared sweep slot runs each variant with the CLI
 ]
 STANDALONE = ("testbed.strategies", "testbed.topologies")  # import nothing else of the testbed
