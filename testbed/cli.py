@@ -9,7 +9,7 @@
     testbed list [workloads|strategies|attacks|topologies|datasets|trackers|scenarios|papers]
     testbed reproduce [PAPER ...] [--size full|test] [--docs-only] [--runs-dir DIR] [--parallel N] [--allow-dirty]
     testbed reproduce --check [PAPER ...] [--sample N] [--size full|test] [--allow-dirty]
-    testbed reproduce --rerun [PAPER ...] [--docs-only] [--size full|test] [--parallel N] [--allow-dirty]
+    testbed reproduce --rerun PAPER... [--docs-only] [--size full|test] [--parallel N] [--allow-dirty]
     testbed cluster up [--nodes N] [--cpus-per-node C] [--head-cpus H] | down | status
 
 Exit codes: 0 success, 2 a user error (one line on stderr, no traceback), 1 an internal error,
@@ -183,6 +183,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UserError("--check: runs no sweep and writes no docs; leave out --docs-only")
     if args.check and args.rerun:
         raise UserError("--rerun: re-runs whole what --check would sample; use one of them")
+    if args.rerun and not args.papers:  # every file whole is days of CPU: never by default
+        raise UserError("--rerun: name the papers or scenarios to re-run whole (testbed reproduce --check lists the "
+                        "stale result files)")
     if args.rerun:
         from testbed.claims.rerun import rerun_results
 

@@ -103,9 +103,12 @@ def test_keeping_only_runs_nothing(stood_in, tmp_path):
     assert ran == [] and "1 of 6 variants so far" in line
 
 
-def test_rerun_is_refused_beside_check_and_on_a_dirty_tree(cli, tmp_path, monkeypatch):
+def test_rerun_is_refused_beside_check_without_names_and_on_a_dirty_tree(cli, tmp_path, monkeypatch):
     code, _, err = cli("reproduce", "--rerun", "--check", "gridcoarsen", "--runs-dir", tmp_path / "runs")
     assert code == 2 and err.count("\n") == 1 and "--rerun: re-runs whole what --check would sample" in err
+
+    code, _, err = cli("reproduce", "--rerun", "--runs-dir", tmp_path / "runs")
+    assert code == 2 and err.count("\n") == 1 and "--rerun: name the papers or scenarios" in err
 
     monkeypatch.setattr(reproduce, "source_commit", lambda: "abc123+dirty", raising=False)
     code, _, err = cli("reproduce", "--rerun", "gridcoarsen", "--runs-dir", tmp_path / "runs")
