@@ -1,8 +1,8 @@
 """``testbed reproduce --rerun``: re-run result files whole at HEAD, over as many sessions and machines as it takes.
 
 A stale result file whose sample does not hold (`testbed.claims.check`) is re-run whole at one
-code state. Some take longer than a session (sdea-glyphs: 215 Flower runs, about 9 hours of one
-core), and the machine that ran half of them may be gone the next day. So the re-run keeps
+code state. Some take longer than a session (sdea-glyphs: 215 Flower runs, 537 minutes summed over
+its runs), and the machine that ran half of them may be gone the next day. So the re-run keeps
 the published file in place until every variant has run again, and keeps the runs done so far in a
 file of its own, ``docs/reproduction/results/rerun/<scenario>.json``, a result file like the
 others that the docs do not read. Committed, it lets any checkout of the same code resume: the
