@@ -140,6 +140,11 @@ def rerun_path(root: Path, path: str, size: str, runs_dir: Path) -> Path:
     return result_path(root, str(Path("rerun") / path), size, runs_dir)
 
 
+def shown_path(path: Path, root: Path) -> Path:
+    """``path`` as a line shows it: relative to the checkout where it lies inside it."""
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
 def chosen_papers(papers: list[str]) -> list[str]:
     """The papers asked for (all where none is), refusing an unknown one."""
     unknown = [p for p in papers if p not in PAPERS]
@@ -273,22 +278,21 @@ def check_results(root: Path, papers: list[str], size: str, runs_dir: Path, samp
 def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sample: int | None, quiet: bool,
                 parallel: int | None, allow_dirty: bool) -> list[str]:
     result_file = result_path(root, item.path, size, runs_dir)
-    shown = result_file.relative_to(root) if result_file.is_relative_to(root) else result_file
+    shown = shown_path(result_file, root)
     records = results.current(results.read_results(result_file), item.variants)
     if not records:
         return [f"not run: {shown} (testbed reproduce runs it)"]
     stale = check.stale_records(records)
     if not stale:
         return [f"current: {shown}: {len(records)} variants, {results.provenance_line(records.values())}"]
+    head = f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); "
     pending = rerun_path(root, item.path, size, runs_dir)
     if pending.is_file():  # `testbed reproduce --rerun` is re-running it whole: no sample
         done = len(results.current(results.read_results(pending), item.variants))
-        where = pending.relative_to(root) if pending.is_relative_to(root) else pending
-        return [f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); a whole "
-                f"re-run is under way: {done} of {len(item.variants)} variants in {where}"]
+        return [f"{head}a whole re-run is under way: {done} of {len(item.variants)} variants in "
+                f"{shown_path(pending, root)}"]
     drawn = check.draw_sample(records, item.variants, item.claims.arms, sample or 0, item.path)
-    lines = [f"stale: {shown}: {len(stale)} of {len(records)} variants ({check.summarise(stale)}); "
-             f"a sample of {len(drawn)} variants re-runs in about {check.duration(records, drawn)}, "
+    lines = [f"{head}a sample of {len(drawn)} variants re-runs in about {check.duration(records, drawn)}, "
              f"the whole file in {check.duration(records, list(records))}"]
     if sample is None:
         return lines

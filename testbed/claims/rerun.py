@@ -33,6 +33,7 @@ from testbed.claims.reproduce import (
     reproduce,
     rerun_path,
     result_path,
+    shown_path,
 )
 from testbed.engines.warm import servers_kept
 from testbed.loading import validate_raw
@@ -100,14 +101,10 @@ def keep(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, folder: Pa
     if len(kept) < len(item.variants):
         if kept != results.read_results(pending):
             results.write_results(pending, source, kept)
-        return (f"re-run of {_shown(published, root)}: {len(kept)} of {len(item.variants)} variants so far, kept in "
-                f"{_shown(pending, root)} (commit it: `testbed reproduce --rerun {item.path}` resumes from it on "
-                "any machine; the published file stays until the re-run is complete)", False)
+        return (f"re-run of {shown_path(published, root)}: {len(kept)} of {len(item.variants)} variants so far, "
+                f"kept in {shown_path(pending, root)} (commit it: `testbed reproduce --rerun {item.path}` resumes "
+                "from it on any machine; the published file stays until the re-run is complete)", False)
     results.write_results(published, source, kept)
     pending.unlink(missing_ok=True)
-    line = f"re-ran {_shown(published, root)} whole: {len(kept)} variants, {results.provenance_line(kept.values())}"
+    line = f"re-ran {shown_path(published, root)} whole: {len(kept)} variants, {results.provenance_line(kept.values())}"
     return line, True
-
-
-def _shown(path: Path, root: Path) -> Path:
-    return path.relative_to(root) if path.is_relative_to(root) else path
