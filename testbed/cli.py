@@ -187,10 +187,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UserError("--rerun: name the papers or scenarios to re-run whole (testbed reproduce --check lists the "
                         "stale result files)")
     if args.rerun:
-        from testbed.claims.rerun import rerun_results
+        from testbed.claims.rerun import RerunInterrupted, rerun_results
 
-        lines = rerun_results(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet,
-                              args.parallel, args.allow_dirty)
+        try:
+            lines = rerun_results(root, args.papers, args.size, args.runs_dir, not args.docs_only, args.quiet,
+                                  args.parallel, args.allow_dirty)
+        except RerunInterrupted as err:
+            print("\n".join(err.lines))
+            print(f"interrupted: '{err.command}' continues from what was kept", file=sys.stderr)
+            return 130
     elif args.check:
         lines = check_results(root, args.papers, args.size, args.runs_dir, args.sample, args.quiet, args.parallel,
                               args.allow_dirty)

@@ -49,18 +49,32 @@ def rerun_results(root: Path, names: list[str], size: str, runs_dir: Path, run: 
         refuse_dirty("reproduce --rerun")
     items = [(paper, load(root, path, size)) for paper, paths in chosen_scenarios(names).items() for path in paths]
     folder = rerun_folder(runs_dir, size, code_state(source_commit()))
+    interrupted = False
     try:
         if run:
             with servers_kept():
                 for _, item in items:
                     _run(item, root, size, runs_dir, folder, quiet, parallel)
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         # Kept once every sweep has run, or on an interrupt: a file written between two sweeps would
         # leave the checkout with uncommitted changes under the later ones (`reproduce.reproduce`).
         outcomes = [(paper, keep(item, root, size, runs_dir, folder, dirty_ok)) for paper, item in items]
     lines = [line for _, (line, _) in outcomes]
+    if interrupted:
+        raise RerunInterrupted(lines, "testbed reproduce --rerun " + " ".join(names))
     complete = sorted({paper for paper, (_, done) in outcomes if done})
     return lines + (reproduce(root, complete, size, runs_dir, run=False, quiet=quiet) if complete else [])
+
+
+class RerunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a re-run: ``lines`` say what was kept, and ``command`` (not the sweep's
+    ``testbed resume``, which would run its variants without keeping them) continues it."""
+
+    def __init__(self, lines: list[str], command: str):
+        super().__init__(command)
+        self.lines, self.command = lines, command
 
 
 def rerun_folder(runs_dir: Path, size: str, code: str | None) -> Path:

@@ -75,11 +75,24 @@ def test_an_interrupted_rerun_keeps_what_completed(stood_in, tmp_path, monkeypat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(testbed.sweep, "run_sweep", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(rerun.RerunInterrupted) as caught:
         rerun.rerun_results(ROOT, [SCENARIO], "test", tmp_path, run=True, quiet=True)
 
     kept = results.read_results(reproduce.rerun_path(ROOT, SCENARIO, "test", tmp_path))
     assert set(kept) == set(sorted(item.variants)[:3])
+    (line,) = caught.value.lines
+    assert "3 of 6 variants so far" in line and caught.value.command == f"testbed reproduce --rerun {SCENARIO}"
+
+
+def test_the_cli_names_the_command_that_continues_an_interrupted_rerun(cli, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise rerun.RerunInterrupted(["re-run of X: 3 of 6 variants so far"], "testbed reproduce --rerun gridcoarsen")
+
+    monkeypatch.setattr(rerun, "rerun_results", interrupted)
+    code, out, err = cli("reproduce", "--rerun", "gridcoarsen", "--runs-dir", tmp_path / "runs")
+
+    assert code == 130 and out == "re-run of X: 3 of 6 variants so far\n"
+    assert err == "interrupted: 'testbed reproduce --rerun gridcoarsen' continues from what was kept\n"
 
 
 def test_a_rerun_runs_again_what_it_kept_on_other_code(stood_in, tmp_path):
