@@ -10,14 +10,20 @@ it by its digest). A record whose hash no longer matches the scenario is stale: 
 the variant runs again. A record whose fingerprint differs from what HEAD would run is out of date
 (`testbed reproduce --check`); a check that re-runs a sample of the file's variants and finds the
 same verdicts and numbers within its tolerance marks every record ``verified`` at its commit and
-moves its fingerprint to the one it was checked against. The file is written with sorted keys, so
-unchanged results give unchanged bytes.
+moves its fingerprint to the one it was checked against. Newer records also name the CPU model of
+the machine that ran them (torch picks its kernels by CPU, so the same code can give other numbers
+elsewhere: docs/architecture.md), read when the record is kept, on the machine whose sweep folder
+holds the run. It is beside the fingerprint, not in it: a change there makes every published file
+stale at once. The file is written with sorted keys, so unchanged results give unchanged bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import platform
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -89,17 +95,35 @@ def record_of(folder: Path, raw: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"seed": int(raw.get("seed", 0)), "config": variant_hash(raw), "final_metrics": metrics,
             "wall_s": round(float((summary.get("timings") or {}).get("wall_s", 0.0)), 1),
             "commit": (summary.get("versions") or {}).get("testbed_commit", "unknown"),
-            "fingerprint": summary.get("fingerprint")}
+            "fingerprint": summary.get("fingerprint"), "cpu": cpu_model()}
+
+
+@functools.cache
+def cpu_model() -> str:
+    """This machine's CPU model as the kernel names it (``AMD EPYC``, ``Intel(R) Xeon(R) ...``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:  # not Linux
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def provenance_line(records: Iterable[Mapping[str, Any]]) -> str:
     """Which clean commit produced or verified these rows (a paper's records): ``produced at commit
     C``, ``verified at commit V`` (a re-run sample at V agreed: `testbed.claims.check`), ``produced or
     verified at commit C``; or, where no one clean commit stands behind every record, the commits
-    they come from and how to fix it. The line each paper's page shows under its table."""
+    they come from and how to fix it; then, where the records name them, the CPUs they ran on
+    (`cpu_line`). The line each paper's page shows under its table."""
     listed = list(records)
     if not listed:
         return "no rows recorded yet"
+    cpus = cpu_line(listed)
+    return _commit_line(listed) + (f"; {cpus}" if cpus else "")
+
+
+def _commit_line(listed: list[Mapping[str, Any]]) -> str:
     by_commit: dict[str, list[Mapping[str, Any]]] = {}
     for record in listed:
         by_commit.setdefault(str(record.get("verified") or record.get("commit", "unknown")), []).append(record)
@@ -113,6 +137,19 @@ def provenance_line(records: Iterable[Mapping[str, Any]]) -> str:
     produced = sorted({str(r.get("commit", "unknown")) for r in listed})
     return (f"not produced or verified at one clean commit (runs from {', '.join(produced)}): "
             "`testbed reproduce --check` lists what is out of date")
+
+
+def cpu_line(records: Iterable[Mapping[str, Any]]) -> str:
+    """On which CPUs these records ran: ``run on AMD EPYC``, or ``run on AMD EPYC (12 rows) and Intel
+    Xeon (3 rows)``, rows kept before CPUs were recorded counted as such; empty where none says."""
+    by_cpu = Counter(str(record.get("cpu") or "") for record in records)
+    if not set(by_cpu) - {""}:
+        return ""
+    if len(by_cpu) == 1:
+        return f"run on {next(iter(by_cpu))}"
+    parts = [f"{cpu or 'a CPU not recorded'} ({n} {'row' if n == 1 else 'rows'})"
+             for cpu, n in sorted(by_cpu.items(), key=lambda item: (not item[0], item[0]))]
+    return "run on " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _how(records: list[Mapping[str, Any]]) -> str:

@@ -203,6 +203,7 @@ def test_a_sweep_folder_left_from_another_configuration_gives_no_record(tmp_path
     (folder / "summary.json").write_text(json.dumps({"final_metrics": {"acc": 0.5}}))
     (tmp_path / "variants" / "a0.yaml").write_text(yaml.safe_dump(variant))
     assert record_of(folder, variant)["final_metrics"] == {"acc": 0.5}
+    assert record_of(folder, variant)["cpu"]  # the machine that kept it, which the page names
     # the scenario changed since the folder ran: its numbers are not the new variant's
     assert record_of(folder, {**variant, "workload": {"variant": "a", "lr": 0.2}}) is None
 

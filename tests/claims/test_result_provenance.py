@@ -105,6 +105,17 @@ def test_the_provenance_line_names_the_one_clean_commit_or_says_there_is_none():
     assert "not produced" in results.provenance_line([*clean, {"commit": "def+dirty", "verified": "ghi+dirty"}])
 
 
+def test_the_provenance_line_names_the_cpus_the_rows_ran_on_where_they_were_recorded():
+    amd, intel = {"commit": "abc", "cpu": "AMD EPYC"}, {"commit": "abc", "cpu": "Intel Xeon"}
+    unrecorded = {"commit": "abc"}  # kept before CPUs were recorded
+    assert results.provenance_line([unrecorded]) == "every row produced at commit abc"
+    assert results.provenance_line([amd, amd]) == "every row produced at commit abc; run on AMD EPYC"
+    assert results.provenance_line([intel, amd, amd, unrecorded]) == ("every row produced at commit abc; run on "
+                                                                       "AMD EPYC (2 rows), Intel Xeon (1 row) and "
+                                                                       "a CPU not recorded (1 row)")
+    assert results.cpu_model() and results.cpu_model() == results.cpu_model()
+
+
 def _claims() -> ClaimsConfig:
     return ClaimsConfig.model_validate({
         "paper": "bisam", "arms": {"a": {"workload.variant": "a"}, "b": {"workload.variant": "b"}},
