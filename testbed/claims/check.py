@@ -5,7 +5,7 @@ modules are at HEAD, with this environment's versions and this machine's BLAS: a
 since, a dependency upgraded, another kernel. A result file with such a record is **stale**.
 
 With ``--sample N`` each stale file is checked the cheap way instead of re-run whole: a seeded sample
-of its variants runs again at HEAD (in ``<runs-dir>/check/<size>/testbed-<tree>/<scenario>/``,
+of its variants runs again at HEAD (in ``<runs-dir>/rerun/<size>/testbed-<tree>/<scenario>/``,
 resumable like any sweep, across commits that left the code alone). The sample takes whole seeds,
 every arm and every ``for_each`` group at each, so the sampled variants stay paired: at least
 `MIN_SEEDS` seeds, then more while the sample stays within N.

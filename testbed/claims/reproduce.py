@@ -299,13 +299,14 @@ def _check_file(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sam
     return lines + _verify(item, records, drawn, result_file, shown, size, runs_dir, quiet, parallel, allow_dirty)
 
 
-def check_folder(runs_dir: Path, size: str, scenario: str, code: str | None) -> Path:
-    """Where ``--check --sample`` re-runs a scenario's sample: a folder per state of the testbed's code
-    (`code_state`), so that a check resumes its sample across commits that changed no module (a
-    sample of hours spans sessions, and each session commits results and docs), and one on other
-    code meets neither the variants (run on other code) nor the sweep (another sample) of an earlier
-    check."""
-    return runs_dir / "check" / size / (code or "unknown") / scenario.replace(".yaml", "")
+def code_folder(runs_dir: Path, size: str, scenario: str, code: str | None) -> Path:
+    """Where ``--check --sample`` re-runs a scenario's sample and ``--rerun`` re-runs it whole: a
+    folder per state of the testbed's code (`code_state`), so that either resumes across commits
+    that changed no module (a sweep of hours spans sessions, and each session commits results and
+    docs), and one on other code meets neither the variants (run on other code) nor the sweep of an
+    earlier one. The two share it: a sample that does not hold counts towards the whole re-run it
+    calls for."""
+    return runs_dir / "rerun" / size / (code or "unknown") / scenario.replace(".yaml", "")
 
 
 def code_state(commit: str | None, repo: Path = CHECKOUT) -> str | None:
@@ -328,7 +329,7 @@ def _verify(item: ScenarioClaims, records: dict[str, dict[str, Any]], drawn: lis
     from testbed.sweep import run_sweep
 
     source = str(Path("scenarios") / item.path)
-    folder = check_folder(runs_dir, size, item.path, code_state(source_commit()))
+    folder = code_folder(runs_dir, size, item.path, code_state(source_commit()))
     run_sweep(item.raw, validate_raw(item.raw, source), source, folder, quiet, only=set(drawn), parallel=parallel)
     rerun = {slug: results.record_of(folder / "variants" / slug, item.variants[slug]) for slug in drawn}
     missing = sorted(slug for slug, record in rerun.items() if record is None)

@@ -10,10 +10,11 @@ variants it holds are not run again. Its records whose code is no longer HEAD's 
 between sessions) are dropped and run again.
 
 The sweep runs in ``<runs-dir>/rerun/<size>/testbed-<tree>/<scenario>/``, a folder per state of the
-testbed's code (`reproduce.code_state`, as the check's samples), so a re-run never collects a
-variant completed on other code, and resumes a variant it interrupted from its checkpoints on the
-same machine. After the sweeps (or an interrupt) the completed runs are added to the re-run's file;
-once it holds every variant it replaces the published file, and the docs of its paper are written.
+testbed's code (`reproduce.code_folder`). So a re-run never collects a variant completed on other
+code, resumes a variant it interrupted from its checkpoints on the same machine, and counts the
+variants of a sampled check that ran there and did not hold. After the sweeps (or an interrupt) the
+completed runs are added to the re-run's file; once it holds every variant it replaces the published
+file, and the docs of its paper are written.
 A run made on a tree with uncommitted changes is not added (``--allow-dirty`` adds it marked).
 ``--docs-only`` runs nothing: it adds what the sweep folders completed so far.
 """
@@ -27,6 +28,7 @@ from testbed.claims import check, results
 from testbed.claims.reproduce import (
     ScenarioClaims,
     chosen_scenarios,
+    code_folder,
     code_state,
     load,
     refuse_dirty,
@@ -48,19 +50,20 @@ def rerun_results(root: Path, names: list[str], size: str, runs_dir: Path, run: 
     if run and not dirty_ok:
         refuse_dirty("reproduce --rerun")
     items = [(paper, load(root, path, size)) for paper, paths in chosen_scenarios(names).items() for path in paths]
-    folder = rerun_folder(runs_dir, size, code_state(source_commit()))
+    code = code_state(source_commit())
     interrupted = False
     try:
         if run:
             with servers_kept():
                 for _, item in items:
-                    _run(item, root, size, runs_dir, folder, quiet, parallel)
+                    _run(item, root, size, runs_dir, code_folder(runs_dir, size, item.path, code), quiet, parallel)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         # Kept once every sweep has run, or on an interrupt: a file written between two sweeps would
         # leave the checkout with uncommitted changes under the later ones (`reproduce.reproduce`).
-        outcomes = [(paper, keep(item, root, size, runs_dir, folder, dirty_ok)) for paper, item in items]
+        outcomes = [(paper, keep(item, root, size, runs_dir, code_folder(runs_dir, size, item.path, code), dirty_ok))
+                    for paper, item in items]
     lines = [line for _, (line, _) in outcomes]
     if interrupted:
         raise RerunInterrupted(lines, "testbed reproduce --rerun " + " ".join(names))
@@ -77,11 +80,6 @@ class RerunInterrupted(KeyboardInterrupt):
         self.lines, self.command = lines, command
 
 
-def rerun_folder(runs_dir: Path, size: str, code: str | None) -> Path:
-    """Where the re-runs of the testbed's code state ``code`` run (a scenario's sweep under it)."""
-    return runs_dir / "rerun" / size / (code or "unknown")
-
-
 def done_so_far(item: ScenarioClaims, root: Path, size: str, runs_dir: Path) -> dict[str, dict[str, Any]]:
     """The re-run's records of ``item`` that still count: those of its variants, on HEAD's code."""
     kept = results.current(results.read_results(rerun_path(root, item.path, size, runs_dir)), item.variants)
@@ -89,25 +87,24 @@ def done_so_far(item: ScenarioClaims, root: Path, size: str, runs_dir: Path) -> 
     return {slug: record for slug, record in kept.items() if slug not in stale}
 
 
-def _run(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, folder: Path, quiet: bool,
+def _run(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sweep: Path, quiet: bool,
          parallel: int | None) -> None:
     from testbed.sweep import run_sweep
 
     missing = set(item.variants) - set(done_so_far(item, root, size, runs_dir))
     source = str(Path("scenarios") / item.path)
     if missing:
-        run_sweep(item.raw, validate_raw(item.raw, source), source, folder / item.path.replace(".yaml", ""), quiet,
-                  only=missing, parallel=parallel, reports=size == "full")
+        run_sweep(item.raw, validate_raw(item.raw, source), source, sweep, quiet, only=missing, parallel=parallel,
+                  reports=size == "full")
 
 
-def keep(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, folder: Path,
+def keep(item: ScenarioClaims, root: Path, size: str, runs_dir: Path, sweep: Path,
          dirty_ok: bool) -> tuple[str, bool]:
-    """Add the variants completed in the sweep folder to the re-run's file; replace the published
+    """Add the variants completed in the sweep folder ``sweep`` to the re-run's file; replace the published
     file with it once it holds every variant. The line to print, and whether it is complete."""
     source = str(Path("scenarios") / item.path)
     pending, published = rerun_path(root, item.path, size, runs_dir), result_path(root, item.path, size, runs_dir)
     kept = done_so_far(item, root, size, runs_dir)
-    sweep = folder / item.path.replace(".yaml", "")
     for slug in sorted(set(item.variants) - set(kept)):
         record = results.record_of(sweep / "variants" / slug, item.variants[slug])
         if record is not None and (dirty_ok or not str(record["commit"]).endswith("+dirty")):

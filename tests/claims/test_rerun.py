@@ -13,7 +13,7 @@ import pytest
 import testbed.claims.reproduce as reproduce
 import testbed.sweep
 from testbed.claims import rerun, results
-from testbed.provenance import fingerprint_at_head, run_fingerprint
+from testbed.provenance import fingerprint_at_head, run_fingerprint, source_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "workloads/gridcoarsen.yaml"
@@ -37,8 +37,11 @@ def stood_in(tmp_path, monkeypatch):
     return item, old, completed, ran
 
 
-def test_a_rerun_keeps_the_published_file_until_every_variant_ran_again(stood_in, tmp_path):
+def test_a_rerun_keeps_the_published_file_until_every_variant_ran_again(stood_in, tmp_path, monkeypatch):
     item, old, completed, ran = stood_in
+    folders: list[Path] = []  # the re-run's sweep folder is the check's: a failed sample's runs count here
+    monkeypatch.setattr(testbed.sweep, "run_sweep",
+                        lambda *args, only, **kwargs: (ran.append(set(only)), folders.append(args[3])))
     published = reproduce.result_path(ROOT, SCENARIO, "test", tmp_path)
     pending = reproduce.rerun_path(ROOT, SCENARIO, "test", tmp_path)
     before = published.read_bytes()
@@ -48,6 +51,7 @@ def test_a_rerun_keeps_the_published_file_until_every_variant_ran_again(stood_in
     (line,) = rerun.rerun_results(ROOT, [SCENARIO], "test", tmp_path, run=True, quiet=True)
 
     assert ran == [set(item.variants)]
+    assert folders == [reproduce.code_folder(tmp_path, "test", SCENARIO, reproduce.code_state(source_commit()))]
     assert line.startswith(f"re-run of {published}: 2 of 6 variants so far, kept in {pending} (commit it"), line
     assert published.read_bytes() == before and set(results.read_results(pending)) == set(first)
     (listed,) = reproduce.check_results(ROOT, [SCENARIO], "test", tmp_path, None, quiet=True)

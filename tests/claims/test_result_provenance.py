@@ -19,7 +19,7 @@ from testbed.claims import check, results
 from testbed.claims.config import ClaimsConfig
 from testbed.claims.evaluate import evaluate
 from testbed.claims.papers import PAPERS
-from testbed.claims.reproduce import check_folder, code_state
+from testbed.claims.reproduce import code_folder, code_state
 from testbed.errors import UserError
 from testbed.provenance import fingerprint_at_head, fingerprint_changes, run_fingerprint
 
@@ -365,7 +365,8 @@ def test_a_check_on_other_code_samples_in_a_folder_of_its_own(tmp_path):
     assert commit("testbed/a.py", "x = 2\n") != first
     assert code_state("abc+dirty", repo) == "abc+dirty"  # uncommitted code has no tree
 
-    folder = check_folder(tmp_path, "full", "workloads/dddm.yaml", first)
-    assert folder == check_folder(tmp_path, "full", "workloads/dddm.yaml", first)
-    assert folder != check_folder(tmp_path, "full", "workloads/dddm.yaml", "testbed-bbbbbbbbbbbb")
-    assert folder.name == "dddm" and folder.is_relative_to(tmp_path / "check" / "full")
+    folder = code_folder(tmp_path, "full", "workloads/dddm.yaml", first)
+    assert folder == code_folder(tmp_path, "full", "workloads/dddm.yaml", first)
+    assert folder != code_folder(tmp_path, "full", "workloads/dddm.yaml", "testbed-bbbbbbbbbbbb")
+    # --rerun runs in the same folder, so that a sample that did not hold counts towards the whole re-run.
+    assert folder.name == "dddm" and folder.is_relative_to(tmp_path / "rerun" / "full")
