@@ -51,19 +51,20 @@ def rerun_results(root: Path, names: list[str], size: str, runs_dir: Path, run: 
         refuse_dirty("reproduce --rerun")
     items = [(paper, load(root, path, size)) for paper, paths in chosen_scenarios(names).items() for path in paths]
     code = code_state(source_commit())
+    sweeps = [code_folder(runs_dir, size, item.path, code) for _, item in items]
     interrupted = False
     try:
         if run:
             with servers_kept():
-                for _, item in items:
-                    _run(item, root, size, runs_dir, code_folder(runs_dir, size, item.path, code), quiet, parallel)
+                for (_, item), sweep in zip(items, sweeps, strict=True):
+                    _run(item, root, size, runs_dir, sweep, quiet, parallel)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         # Kept once every sweep has run, or on an interrupt: a file written between two sweeps would
         # leave the checkout with uncommitted changes under the later ones (`reproduce.reproduce`).
-        outcomes = [(paper, keep(item, root, size, runs_dir, code_folder(runs_dir, size, item.path, code), dirty_ok))
-                    for paper, item in items]
+        outcomes = [(paper, keep(item, root, size, runs_dir, sweep, dirty_ok))
+                    for (paper, item), sweep in zip(items, sweeps, strict=True)]
     lines = [line for _, (line, _) in outcomes]
     if interrupted:
         raise RerunInterrupted(lines, "testbed reproduce --rerun " + " ".join(names))
